@@ -1,0 +1,32 @@
+# The README's commands. Every target runs inside .venv, which `make setup` creates.
+SHELL := /bin/bash
+PY := .venv/bin/python
+# Open MPI refuses root unless told; horovodrun passes these through.
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+export PATH := $(CURDIR)/.venv/bin:$(PATH)
+NP ?= 2
+MODEL_DIR ?= runs/train-$(shell date +%Y%m%d-%H%M%S)
+
+.PHONY: setup setup-gpu test test-fast test-mp train clean
+
+setup:  ## apt packages, .venv, pinned packages, Horovod built with TF + MPI + Gloo
+	bash scripts/setup.sh
+
+setup-gpu:  ## the same with CUDA TensorFlow and Horovod's NCCL operations (GPU machines only)
+	GPU=1 bash scripts/setup.sh
+
+test:  ## the whole suite: fast single-process tests, then multi-process tests
+	$(PY) -m pytest -q tests
+
+test-fast:  ## single-process tests only
+	$(PY) -m pytest -q -m "not multiprocess" tests
+
+test-mp:  ## multi-process tests under horovodrun only
+	$(PY) -m pytest -q -m multiprocess tests
+
+train:  ## ResNet-20 on the digits set, 2 ranks; prints one JSON line, writes summary.json
+	horovodrun -np $(NP) $(PY) train.py --model_dir=$(MODEL_DIR) $(ARGS)
+
+clean:  ## remove runs and generated data (not .venv)
+	rm -rf runs data/digits results/*.tmp-*

@@ -1,0 +1,47 @@
+"""Agreement between ranks outside the gradient path: initial state and errors."""
+import tensorflow as tf
+
+
+def broadcast_state(variables, hvd, root_rank: int = 0) -> None:
+  """Give every rank root_rank's values of these Keras or tf variables.
+
+  Horovod: hvd.broadcast_variables assigns to what it is given, and a Keras 3
+  variable inside Horovod's tf.function is a SymbolicTensor without .assign;
+  so broadcast the tf.Variable each Keras variable wraps.
+  """
+  plain = [v.value if not isinstance(v, tf.Variable) else v for v in variables]
+  hvd.broadcast_variables(plain, root_rank=root_rank)
+
+
+def first_error(message: str | None, hvd) -> str | None:
+  """Every rank's message gathered; the first non-empty one, identical on all ranks.
+
+  Lets a check that only some ranks can make (a path on one host) stop every
+  rank with the same sentence instead of leaving the others waiting in a collective.
+  """
+  messages = hvd.allgather_object(message or "")
+  return next((m for m in messages if m), None)
+
+
+def fingerprint(variables) -> tf.Tensor:
+  """float64 (3 * len(variables),): per variable sum, sum of squares and position-weighted sum.
+
+  Equal bits give equal fingerprints; replicas that drifted apart almost surely do not.
+  """
+  parts = []
+  for v in variables:
+    x = tf.reshape(tf.cast(v, tf.float64), [-1])
+    position = tf.range(1, tf.size(x) + 1, dtype=tf.float64)
+    parts += [tf.reduce_sum(x), tf.reduce_sum(x * x), tf.reduce_sum(x * position)]
+  return tf.stack(parts)
+
+
+def replicas_identical(variables, hvd) -> bool:
+  """Whether every rank holds bit-for-bit the same values (one small allgather).
+
+  Data-parallel SGD applies the same averaged update everywhere, so trainable
+  weights must stay identical; BatchNorm's moving statistics are per rank by
+  design (Goyal et al.) and are not passed here.
+  """
+  prints = hvd.allgather(fingerprint(variables)[None], name="replica_fingerprint").numpy()
+  return bool((prints == prints[0]).all())

@@ -1,0 +1,59 @@
+"""Flags of the update: optimizer, learning-rate schedule, regularisation."""
+import dataclasses
+
+from absl import flags as absl_flags
+
+from flags.errors import ConfigError
+
+OPTIMIZERS = ("sgd",)
+LR_SCHEDULES = ("step", "cosine")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+  optimizer: str
+  base_lr: float        # per 256 images (Goyal et al.'s linear scaling rule)
+  momentum: float
+  weight_decay: float
+  warmup_epochs: float
+  warmup_start_lr: float
+  lr_schedule: str
+  decay_epochs: tuple[float, ...]
+
+
+def define() -> None:
+  absl_flags.DEFINE_enum("optimizer", "sgd", OPTIMIZERS, "Optimizer: sgd (momentum SGD).")
+  absl_flags.DEFINE_float(
+      "base_lr", 0.8, "Learning rate per 256 images; the peak LR is base_lr * global_batch / 256 "
+      "(Goyal et al.'s linear scaling rule; they use 0.1 for ImageNet).")
+  absl_flags.DEFINE_float("momentum", 0.9, "Momentum of the optimizer.")
+  absl_flags.DEFINE_float("weight_decay", 5e-4, "L2 weight decay (not scaled with the batch, as Goyal et al.).")
+  absl_flags.DEFINE_float(
+      "warmup_epochs", 2, "Gradual warmup: the LR rises linearly from --warmup_start_lr "
+      "to the peak over this many epochs (Goyal et al.: 5).")
+  absl_flags.DEFINE_float(
+      "warmup_start_lr", 0.0, "LR at step 0 of the warmup (Goyal et al.: 0.1, the small-batch LR).")
+  absl_flags.DEFINE_enum(
+      "lr_schedule", "cosine", LR_SCHEDULES,
+      "Decay after warmup: step (x0.1 at each of --decay_epochs) or cosine (to 0 at the end).")
+  absl_flags.DEFINE_list(
+      "decay_epochs", ["30", "60", "80"], "Epochs at which the step schedule multiplies the LR by 0.1.")
+
+
+def build(f) -> OptimConfig:
+  if f.base_lr <= 0:
+    raise ConfigError(f"--base_lr={f.base_lr} must be positive, e.g. --base_lr=0.1.")
+  if not 0 <= f.momentum < 1:
+    raise ConfigError(f"--momentum={f.momentum} must lie in [0, 1), e.g. --momentum=0.9.")
+  if f.weight_decay < 0:
+    raise ConfigError(f"--weight_decay={f.weight_decay} is negative; pass 0 to disable it.")
+  if f.warmup_epochs < 0 or f.warmup_start_lr < 0:
+    raise ConfigError("--warmup_epochs and --warmup_start_lr must be non-negative; pass 0 to disable warmup.")
+  try:
+    decay_epochs = tuple(sorted(float(e) for e in f.decay_epochs))
+  except ValueError:
+    raise ConfigError(f"--decay_epochs={','.join(f.decay_epochs)} must be numbers, e.g. --decay_epochs=30,60,80.") from None
+  return OptimConfig(optimizer=f.optimizer, base_lr=f.base_lr, momentum=f.momentum,
+                     weight_decay=f.weight_decay, warmup_epochs=f.warmup_epochs,
+                     warmup_start_lr=f.warmup_start_lr, lr_schedule=f.lr_schedule,
+                     decay_epochs=decay_epochs)

@@ -1,0 +1,47 @@
+"""Learning-rate schedules: pure functions of the global step.
+
+Goyal et al.: the linear scaling rule (LR = 0.1 per 256 images, times the
+global batch / 256) and gradual warmup from a small LR over the first epochs,
+then step decay (x0.1 at epochs 30, 60, 80); cosine decay as an alternative.
+Durations arrive in epochs and are turned into steps once, here.
+"""
+import dataclasses
+import math
+
+
+def scaled_lr(base_lr_per_256: float, global_batch: int) -> float:
+  """The linear scaling rule: base_lr_per_256 * global_batch / 256."""
+  return base_lr_per_256 * global_batch / 256.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+  """LR as a function of the global step (0-based)."""
+  peak_lr: float
+  total_steps: int
+  warmup_steps: int = 0
+  warmup_start_lr: float = 0.0
+  kind: str = "cosine"                   # 'step' or 'cosine'
+  decay_steps: tuple[int, ...] = ()      # for 'step': multiply by 0.1 at each
+  decay_factor: float = 0.1
+
+  def __call__(self, step: int) -> float:
+    if step < self.warmup_steps:
+      return self.warmup_start_lr + (self.peak_lr - self.warmup_start_lr) * step / self.warmup_steps
+    if self.kind == "step":
+      return self.peak_lr * self.decay_factor ** sum(step >= s for s in self.decay_steps)
+    if self.kind == "cosine":
+      span = max(1, self.total_steps - self.warmup_steps)
+      progress = min(1.0, (step - self.warmup_steps) / span)
+      return self.peak_lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise ValueError(f"unknown schedule kind {self.kind!r}")
+
+
+def from_epochs(*, base_lr: float, global_batch: int, steps_per_epoch: int, epochs: float,
+                warmup_epochs: float, warmup_start_lr: float, kind: str,
+                decay_epochs=()) -> Schedule:
+  """A Schedule whose durations are given in epochs of steps_per_epoch steps."""
+  to_steps = lambda e: int(round(e * steps_per_epoch))
+  return Schedule(peak_lr=scaled_lr(base_lr, global_batch), total_steps=to_steps(epochs),
+                  warmup_steps=to_steps(warmup_epochs), warmup_start_lr=warmup_start_lr,
+                  kind=kind, decay_steps=tuple(to_steps(e) for e in decay_epochs))

@@ -1,0 +1,102 @@
+"""Progress lines, TensorBoard scalars and throughput of a training run (rank 0 writes)."""
+import datetime
+import json
+import os
+import sys
+import time
+
+import tensorflow as tf
+
+
+def logger(enabled: bool):
+  """log(fmt, *args): a timestamped line on stderr, or nothing where not enabled (rank != 0)."""
+  def log(fmt, *args):
+    if enabled:
+      print(time.strftime("%H:%M:%S ") + (fmt % args if args else fmt), file=sys.stderr, flush=True)
+  return log
+
+
+def write_json_atomic(path: str, payload: dict) -> None:
+  """Write JSON so that a reader never sees half a file (tmp file + rename)."""
+  tmp = f"{path}.tmp-{os.getpid()}"
+  with open(tmp, "w") as fh:
+    json.dump(payload, fh, indent=2, default=str)
+    fh.write("\n")
+  os.replace(tmp, path)
+
+
+class Progress:
+  """Accumulates step results on the device and reports every log_every steps.
+
+  Loss and correct counts stay tensors between reports: reading them every
+  step would force a host sync per step. Throughput excludes the first step,
+  which pays for tracing the tf.function.
+  """
+
+  def __init__(self, is_chief, global_batch, per_rank_batch, start_step, last_step,
+               steps_per_epoch, log_every, writer):
+    self.is_chief = is_chief
+    self.global_batch = global_batch
+    self.per_rank_batch = per_rank_batch
+    self.start_step = start_step
+    self.last_step = last_step
+    self.steps_per_epoch = steps_per_epoch
+    self.log_every = log_every
+    self.writer = writer
+    self._loss = self._correct = 0.0
+    self._count = 0
+    self._last = None                # perf_counter() after the previous step
+    self._train_seconds = 0.0        # time inside training steps, after the first
+    self._timed_steps = 0
+    self._window = (0.0, 0)          # (train seconds, timed steps) at the last report
+
+  def resume(self):
+    """Restart the clock after evaluation or a checkpoint, which are not training time."""
+    self._last = time.perf_counter()
+
+  def step(self, step, loss, correct, lr):
+    now = time.perf_counter()
+    if self._last is not None:
+      self._train_seconds += now - self._last
+      self._timed_steps += 1
+    self._last = now
+    self._loss += loss
+    self._correct += correct
+    self._count += 1
+    if step % self.log_every and step != self.last_step:
+      return
+    loss, top1 = float(self._loss) / self._count, float(self._correct) / (self._count * self.per_rank_batch)
+    self._loss = self._correct = 0.0
+    self._count = 0
+    seconds, steps = self._train_seconds - self._window[0], self._timed_steps - self._window[1]
+    rate = steps * self.global_batch / seconds if seconds > 0 and steps else 0.0
+    self._window = (self._train_seconds, self._timed_steps)
+    if not self.is_chief:
+      return
+    eta = (self.last_step - step) * self.global_batch / rate if rate else 0.0
+    epoch = step / self.steps_per_epoch
+    print(f"epoch {epoch:6.2f}  step {step:>6d}/{self.last_step}  loss {loss:.4f}  "
+          f"top1 {top1:.3f}  lr {lr:.5f}  {rate:8.1f} img/s  "
+          f"eta {datetime.timedelta(seconds=int(eta))}", file=sys.stderr, flush=True)
+    with self.writer.as_default(step=step):
+      tf.summary.scalar("train/loss", loss)
+      tf.summary.scalar("train/top1", top1)
+      tf.summary.scalar("train/lr", lr)
+      if rate:
+        tf.summary.scalar("train/images_per_sec", rate)
+
+  def epoch_end(self, step, top1, loss):
+    if not self.is_chief or top1 is None:
+      return
+    print(f"epoch {step / self.steps_per_epoch:6.2f}  eval top1 {top1:.4f}  loss {loss:.4f}",
+          file=sys.stderr, flush=True)
+    with self.writer.as_default(step=step):
+      tf.summary.scalar("eval/top1", top1)
+      tf.summary.scalar("eval/loss", loss)
+    self.writer.flush()
+
+  def images_per_sec(self):
+    """Global training images/sec over all steps after the first (None if too few)."""
+    if not self._timed_steps or not self._train_seconds:
+      return None
+    return round(self._timed_steps * self.global_batch / self._train_seconds, 1)

@@ -1,0 +1,70 @@
+"""Shared helpers: the repository on sys.path, and running commands under horovodrun."""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _env():
+  env = dict(os.environ)
+  env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+  env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+  # Open MPI refuses to run as root unless told (CI runs as root).
+  env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+  env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+  env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+  return env
+
+
+def horovodrun(np_, *args, gloo=False, timeout=600, check=False):
+  """Run `horovodrun -np N [--gloo] ARGS` from the repository; returns CompletedProcess.
+
+  Python scripts get this interpreter, so the ranks run inside the same venv.
+  Output goes through files, not pipes, and a run past its timeout is killed
+  with its whole process group (mpirun and every rank), its output kept in
+  the failure message.
+  """
+  cmd = ["horovodrun", "-np", str(np_), "-H", f"localhost:{np_}"]
+  if gloo:
+    cmd.append("--gloo")
+  cmd += [sys.executable if a == "python" else a for a in args]
+  with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdin=subprocess.DEVNULL, stdout=out,
+                            stderr=err, text=True, start_new_session=True)
+    try:
+      proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+      os.killpg(proc.pid, signal.SIGKILL)
+      proc.wait()
+    out.seek(0)
+    err.seek(0)
+    result = subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read())
+  if result.returncode == -signal.SIGKILL:
+    raise AssertionError(f"{' '.join(cmd)} ran past {timeout} s and was killed\n"
+                         f"stdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-4000:]}")
+  if check and result.returncode:
+    raise AssertionError(f"{' '.join(cmd)} exited {result.returncode}\n"
+                         f"stdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-4000:]}")
+  return result
+
+
+def python(*args, timeout=600):
+  """Run this interpreter on ARGS from the repository; returns CompletedProcess."""
+  return subprocess.run([sys.executable, *args], cwd=REPO, env=_env(), capture_output=True,
+                        text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def digits_dir(tmp_path_factory):
+  """The digits TFRecords, written once per test session."""
+  from input import digits
+  path = str(tmp_path_factory.mktemp("digits"))
+  digits.write(path)
+  return path

@@ -1,0 +1,117 @@
+"""Flag validation: every bad input becomes one ConfigError naming the flag and the fix."""
+import json
+import os
+import types
+
+import pytest
+from absl import flags as absl_flags
+
+import flags
+from comm.topology import World
+from conftest import python
+
+
+def values(**overrides):
+  """Parsed-flag stand-in: every flag's default, with overrides."""
+  flags.define_flags()
+  f = absl_flags.FLAGS
+  defaults = {name: f[name].default for name in f}
+  unknown = set(overrides) - set(defaults)
+  assert not unknown, unknown
+  return types.SimpleNamespace(**{**defaults, **overrides})
+
+
+def error(world=World(), **overrides):
+  with pytest.raises(flags.ConfigError) as e:
+    flags.build_config(values(**overrides), world)
+  return str(e.value)
+
+
+def test_defaults_are_valid(tmp_path):
+  config = flags.build_config(values(model_dir=str(tmp_path)), World(size=2, rank=1))
+  assert config.data.global_batch == 2 * config.data.batch_size
+  assert config.data.data_dir.endswith(os.path.join("data", "digits"))
+  json.dumps(config.to_json(), default=str)
+
+
+@pytest.mark.parametrize("overrides, world, must_name", [
+    ({"model": "resnet51"}, World(), "--model"),
+    ({"dataset": "mnist"}, World(), "--dataset"),
+    ({"batch_size": 0}, World(), "--batch_size"),
+    ({"batch_size": -4}, World(), "--batch_size"),
+    ({"global_batch_size": 63}, World(size=2), "--global_batch_size"),
+    ({"global_batch_size": -64}, World(size=2), "--global_batch_size"),
+    ({"batch_size": 1000}, World(size=2), "--batch_size"),  # 2000 > 1497 training examples
+    ({"batch_size": 1}, World(size=301), "ranks"),           # more ranks than 300 held-out examples
+    ({"epochs": 0}, World(), "--epochs"),
+    ({"max_steps": -1}, World(), "--max_steps"),
+    ({"log_every": 0}, World(), "--log_every"),
+    ({"base_lr": 0}, World(), "--base_lr"),
+    ({"momentum": 1.0}, World(), "--momentum"),
+    ({"decay_epochs": ["ten"]}, World(), "--decay_epochs"),
+    ({"model_dir": ""}, World(), "--model_dir"),
+])
+def test_bad_flags(overrides, world, must_name):
+  message = error(world, **overrides)
+  assert must_name in message
+  assert message.endswith(".") and "\n" not in message
+
+
+def test_global_batch_divides_by_ranks():
+  config = flags.build_config(values(global_batch_size=64), World(size=4))
+  assert (config.data.batch_size, config.data.global_batch) == (16, 64)
+
+
+def test_missing_data_dir(tmp_path):
+  config = flags.build_config(values(data_dir=str(tmp_path / "nope"), model_dir=str(tmp_path / "m")), World())
+  assert "--data_dir" in flags.check_paths(config)
+
+
+def test_unwritable_model_dir(tmp_path):
+  blocker = tmp_path / "a_file"
+  blocker.write_text("not a directory")
+  config = flags.build_config(values(model_dir=str(blocker / "run")), World())
+  assert "--model_dir" in flags.check_paths(config)
+
+
+def test_only_rank0_checks_model_dir(tmp_path):
+  blocker = tmp_path / "a_file"
+  blocker.write_text("x")
+  config = flags.build_config(values(model_dir=str(blocker / "run")), World(size=2, rank=1))
+  assert flags.check_paths(config) is None
+
+
+def test_checkpoint_of_another_model_is_refused_and_left_alone(tmp_path):
+  config = flags.build_config(values(model_dir=str(tmp_path)), World())
+  saved = {"identity": {**flags.checkpoint_identity(config), "model": "resnet50"}}
+  (tmp_path / flags.CONFIG_FILE).write_text(json.dumps(saved))
+  message = flags.check_paths(config)
+  assert "--model=resnet50" in message and "new --model_dir" in message
+  assert json.loads((tmp_path / flags.CONFIG_FILE).read_text()) == saved
+
+
+def test_train_py_exits_2_with_one_sentence(tmp_path):
+  proc = python("train.py", "--batch_size=0", f"--model_dir={tmp_path}", timeout=300)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert "error: --batch_size=0 must be positive" in proc.stderr
+  assert not os.listdir(tmp_path)  # stopped before writing anything
+
+
+def our_flags():
+  flags.define_flags()
+  by_module = absl_flags.FLAGS.flags_by_module_dict()
+  return [f for module, fs in by_module.items() if module.startswith("flags.") for f in fs]
+
+
+def test_every_flag_has_help():
+  defined = our_flags()
+  assert len(defined) >= 20
+  for flag in defined:
+    assert len(flag.help) > 20, flag.name
+
+
+def test_helpfull_documents_every_flag():
+  proc = python("train.py", "--helpfull", timeout=300)
+  assert proc.returncode in (0, 1), proc.stderr[-2000:]  # absl exits 1 after printing help
+  for flag in our_flags():
+    assert f"--{flag.name}:" in proc.stdout, flag.name

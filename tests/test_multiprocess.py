@@ -1,0 +1,77 @@
+"""Several real ranks under horovodrun (MPI and Gloo): collectives, broadcast, training, resume."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, _env, horovodrun
+
+pytestmark = pytest.mark.multiprocess
+
+
+def summary_of(proc):
+  """The final JSON line train.py prints on rank 0."""
+  found = re.findall(r"^(?:\[\d+,\d+\]<stdout>:)?(\{.*\})$", proc.stdout, re.M)
+  assert found, f"no summary line\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+  return json.loads(found[-1])
+
+
+@pytest.mark.parametrize("gloo", [False, True], ids=["mpi", "gloo"])
+def test_exchange_is_the_mean_and_broadcast_makes_replicas_identical(gloo):
+  proc = horovodrun(2, "python", "tests/mp/exchange_check.py", gloo=gloo, check=True, timeout=300)
+  assert proc.stdout.count("OK rank") == 2, proc.stdout
+
+
+def train_args(model_dir, *extra):
+  return ("python", "train.py", f"--model_dir={model_dir}", "--log_every=5", *extra)
+
+
+def test_short_run_lowers_the_loss_and_keeps_replicas_identical(tmp_path):
+  proc = horovodrun(2, *train_args(tmp_path, "--epochs=2", "--batch_size=32", "--warmup_epochs=0.5"),
+                    check=True, timeout=240)
+  losses = [float(x) for x in re.findall(r"step +\d+/\d+  loss ([0-9.]+)", proc.stderr)]
+  assert len(losses) >= 4 and losses[-1] < 0.5 * losses[0], losses
+  summary = summary_of(proc)
+  assert summary["replicas_identical"] is True
+  assert summary["ranks"] == 2 and summary["global_batch"] == 64
+  assert summary["steps"] == 2 * (1497 // 64)
+  assert summary["final_top1"] > 0.5
+  assert json.load(open(tmp_path / "summary.json")) == summary
+  assert any(f.startswith("ckpt-") for f in os.listdir(tmp_path))
+
+
+def test_bad_flag_stops_every_rank_with_one_sentence(tmp_path):
+  proc = horovodrun(2, *train_args(tmp_path, "--global_batch_size=63"), timeout=300)
+  assert proc.returncode != 0
+  assert proc.stderr.count("error: --global_batch_size=63 does not divide by the 2 ranks") == 2, proc.stderr[-3000:]
+
+
+def test_killed_run_resumes_from_its_checkpoint(tmp_path):
+  args = train_args(tmp_path, "--epochs=3", "--checkpoint_every=5", "--warmup_epochs=0.5")
+  cmd = ["horovodrun", "-np", "2", "-H", "localhost:2"] + [sys.executable if a == "python" else a for a in args]
+  first = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, start_new_session=True)
+  try:
+    deadline = time.time() + 300
+    while not os.path.exists(tmp_path / "ckpt-10.index"):
+      assert first.poll() is None, "the run ended before it was killed"
+      assert time.time() < deadline, "no checkpoint within 300 s"
+      time.sleep(0.2)
+  finally:
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+  with open(tmp_path / "checkpoint") as fh:
+    saved = int(re.search(r'model_checkpoint_path: "ckpt-(\d+)"', fh.read()).group(1))
+  assert saved >= 10
+
+  second = horovodrun(2, *args, check=True, timeout=240)
+  assert re.search(rf"resumed from .*ckpt-{saved} at step {saved}\b", second.stderr), second.stderr[-3000:]
+  assert re.search(rf"training steps {saved}\.\.{3 * (1497 // 64)}", second.stderr)
+  summary = summary_of(second)
+  assert summary["steps"] == 3 * (1497 // 64)
+  assert summary["replicas_identical"] is True

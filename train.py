@@ -1,0 +1,210 @@
+"""Data-parallel training of image classifiers with Horovod + TensorFlow.
+
+Runbook (see README.md for more):
+
+  # one process, the CPU-sized default: ResNet-20 on the embedded digits set
+  python train.py --model_dir=runs/digits
+
+  # two ranks on this host (what `make train` runs)
+  horovodrun -np 2 python train.py --model_dir=runs/digits
+
+  # several nodes, 4 ranks each
+  horovodrun -np 16 -H node1:4,node2:4,node3:4,node4:4 python train.py \
+      --model=resnet50 --dataset=synthetic --batch_size=64 --max_steps=200
+
+  # every flag, documented
+  python train.py --helpfull
+
+A run resumes from the newest checkpoint in --model_dir: restart the same
+command after a crash or a preemption. Rank 0 alone logs, writes TensorBoard
+scalars, checkpoints and summary.json; the final line on stdout is a JSON
+summary (final_top1, final_loss, images_per_sec, ranks, global_batch, ...).
+"""
+import json
+import os
+import sys
+import time
+
+START = time.time()
+
+# Quiet TensorFlow's C++ start-up chatter (and the oneDNN notice) before it loads.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import horovod.tensorflow as hvd  # noqa: E402
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from absl import app, logging  # noqa: E402
+from absl import flags as absl_flags  # noqa: E402
+
+import flags  # noqa: E402
+from comm import sync, topology  # noqa: E402
+from comm.exchange import make_gradient_exchange  # noqa: E402
+from input import pipeline  # noqa: E402
+from models import build_model  # noqa: E402
+from optimizers import build_optimizer, schedules  # noqa: E402
+from progress import Progress, logger, write_json_atomic  # noqa: E402
+
+flags.define_flags()
+FLAGS = absl_flags.FLAGS
+
+
+def fail(message: str) -> None:
+  """Stop this rank with one sentence on stderr and exit status 2 (every rank calls it)."""
+  print(f"error: {message}", file=sys.stderr, flush=True)
+  sys.exit(2)
+
+
+def main(argv):
+  if len(argv) > 1:
+    fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value (see --helpfull).")
+
+  # ---------------------------------------------------------------- setup --
+  # Horovod: initialise once; everything below knows its rank from `world`.
+  hvd.init()
+  world = topology.from_horovod(hvd)
+  try:
+    config = flags.build_config(FLAGS, world)  # pure: the same verdict on every rank
+  except flags.ConfigError as e:
+    fail(str(e))
+  threads = config.run.threads or world.threads_per_rank()
+  tf.config.threading.set_intra_op_parallelism_threads(threads)
+  tf.config.threading.set_inter_op_parallelism_threads(2)
+  # Paths can differ between hosts: gather every rank's verdict so all stop together.
+  problem = sync.first_error(flags.check_paths(config), hvd)
+  if problem:
+    fail(problem)
+  # Our lines on rank 0 only; TensorFlow's INFO chatter (one per checkpoint save) off.
+  logging.set_verbosity(logging.WARNING)
+  log = logger(world.is_chief)
+  log("ranks %d (%d per node, %d nodes), %d threads per rank; batch %d per rank, global %d",
+      world.size, world.local_size, world.cross_size, threads,
+      config.data.batch_size, config.data.global_batch)
+
+  # ---------------------------------------------------------------- input --
+  pipeline.prepare(config.data, world)
+  hvd.join()  # Horovod: wait for the node's writer before anyone reads.
+  data = pipeline.build(config.data, world, config.run.seed)
+  steps_per_epoch = data.steps_per_epoch
+  total_steps = int(round(config.run.epochs * steps_per_epoch))
+  last_step = min(total_steps, config.run.max_steps) if config.run.max_steps else total_steps
+
+  # ---------------------------------------------------------------- model --
+  keras.utils.set_random_seed(config.run.seed)
+  info = config.data.dataset
+  model = build_model(config.model.name, info.num_classes, info.image_shape)
+  log("model %s: %s trainable parameters", config.model.name,
+      f"{sum(int(tf.size(v)) for v in model.trainable_variables):,}")
+  loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+  # ------------------------------------------------------------ optimizer --
+  schedule = schedules.from_epochs(
+      base_lr=config.optim.base_lr, global_batch=config.data.global_batch,
+      steps_per_epoch=steps_per_epoch, epochs=config.run.epochs,
+      warmup_epochs=config.optim.warmup_epochs, warmup_start_lr=config.optim.warmup_start_lr,
+      kind=config.optim.lr_schedule, decay_epochs=config.optim.decay_epochs)
+  optimizer = build_optimizer(config.optim, model.trainable_variables)
+  log("LR peak %.4f (%.4f per 256 x global batch %d), %d warmup steps, %s decay over %d steps",
+      schedule.peak_lr, config.optim.base_lr, config.data.global_batch,
+      schedule.warmup_steps, schedule.kind, schedule.total_steps)
+
+  # ----------------------------------------------------------- checkpoint --
+  # The step lives in the checkpoint, so a restarted run continues the same
+  # LR schedule and the same data order. Rank 0 restores, then broadcasts.
+  step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+  checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
+  manager = None
+  if world.is_chief:
+    manager = tf.train.CheckpointManager(checkpoint, config.run.model_dir,
+                                         max_to_keep=config.run.keep_checkpoints)
+    if manager.latest_checkpoint:
+      checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+      log("resumed from %s at step %d", manager.latest_checkpoint, int(step_var))
+    write_json_atomic(os.path.join(config.run.model_dir, flags.CONFIG_FILE),
+                      {"identity": flags.checkpoint_identity(config), "config": config.to_json()})
+  # Horovod: identical initial weights, BN statistics, optimizer slots and step everywhere.
+  sync.broadcast_state(model.variables + optimizer.variables + [step_var], hvd)
+  start_step = int(step_var)
+
+  # ---------------------------------------------------- communication + step --
+  exchange = make_gradient_exchange(config.comm, hvd)
+  learning_rate = optimizer.learning_rate
+
+  @tf.function
+  def train_step(images, labels, lr):
+    with tf.GradientTape() as tape:
+      logits = model(images, training=True)
+      loss = loss_fn(labels, logits)
+    grads = tape.gradient(loss, model.trainable_variables)
+    grads = exchange(grads)  # the one place gradients cross ranks
+    learning_rate.assign(lr)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32))
+    return loss, correct
+
+  @tf.function
+  def eval_step(images, labels):
+    logits = model(images, training=False)
+    loss = tf.reduce_sum(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
+    correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32))
+    return tf.stack([loss, correct, tf.cast(tf.size(labels), tf.float32)])
+
+  def evaluate():
+    """Global held-out (top-1, loss): sums over ranks, not an average of rank averages."""
+    dataset = data.eval()
+    if dataset is None:
+      return None, None
+    totals = tf.zeros([3])
+    for images, labels in dataset:
+      totals += eval_step(images, labels)
+    loss_sum, correct, count = hvd.allreduce(totals, op=hvd.Sum, name="eval_totals").numpy()
+    return float(correct / count), float(loss_sum / count)
+
+  # ----------------------------------------------------------------- loop --
+  writer = tf.summary.create_file_writer(os.path.join(config.run.model_dir, "tb")) if world.is_chief else None
+  progress = Progress(world.is_chief, config.data.global_batch, config.data.batch_size,
+                      start_step, last_step, steps_per_epoch, config.run.log_every, writer)
+  top1 = loss = None
+  step = start_step
+  log("training steps %d..%d (%d per epoch, %.1f epochs)", start_step, last_step,
+      steps_per_epoch, last_step / steps_per_epoch)
+  while step < last_step:
+    epoch, offset = divmod(step, steps_per_epoch)
+    batches = data.train_epoch(epoch).skip(offset).take(last_step - step)
+    for images, labels in batches:
+      lr = schedule(step)
+      batch_loss, correct = train_step(images, labels, tf.constant(lr, tf.float32))
+      step += 1
+      step_var.assign(step)
+      progress.step(step, batch_loss, correct, lr)
+      if manager and config.run.checkpoint_every and step % config.run.checkpoint_every == 0:
+        manager.save(checkpoint_number=step)
+        progress.resume()
+    if step % steps_per_epoch == 0 or step == last_step:
+      top1, loss = evaluate()
+      progress.epoch_end(step, top1, loss)
+      if manager:
+        manager.save(checkpoint_number=step)
+      progress.resume()
+  if top1 is None and start_step == last_step:  # nothing left to train: still report
+    top1, loss = evaluate()
+
+  # -------------------------------------------------------------- summary --
+  identical = sync.replicas_identical(model.trainable_variables, hvd)
+  if not identical:
+    logging.warning("ranks hold different weights after training: a rank diverged")
+  summary = {
+      "final_top1": top1, "final_loss": loss,
+      "images_per_sec": progress.images_per_sec(),
+      "ranks": world.size, "global_batch": config.data.global_batch,
+      "per_rank_batch": config.data.batch_size, "steps": step,
+      "epochs": round(step / steps_per_epoch, 3), "wall_seconds": round(time.time() - START, 1),
+      "model": config.model.name, "dataset": info.name, "allreduce": config.comm.allreduce,
+      "replicas_identical": identical,
+  }
+  if world.is_chief:
+    write_json_atomic(os.path.join(config.run.model_dir, "summary.json"), summary)
+    print(json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+  app.run(main)
