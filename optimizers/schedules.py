@@ -2,8 +2,10 @@
 
 Goyal et al.: the linear scaling rule (LR = 0.1 per 256 images, times the
 global batch / 256) and gradual warmup from a small LR over the first epochs,
-then step decay (x0.1 at epochs 30, 60, 80); cosine decay as an alternative.
-Durations arrive in epochs and are turned into steps once, here.
+then step decay (x0.1 at epochs 30, 60, 80); polynomial decay of power 2 (the
+MLPerf ResNet-50 LARS reference) or cosine decay as alternatives. Durations
+arrive in epochs (from_epochs) or steps (Schedule) and are turned into steps
+once, here.
 """
 import dataclasses
 import math
@@ -21,18 +23,21 @@ class Schedule:
   total_steps: int
   warmup_steps: int = 0
   warmup_start_lr: float = 0.0
-  kind: str = "cosine"                   # 'step' or 'cosine'
+  kind: str = "cosine"                   # 'step', 'poly' or 'cosine'
   decay_steps: tuple[int, ...] = ()      # for 'step': multiply by 0.1 at each
   decay_factor: float = 0.1
+  power: float = 2.0                     # for 'poly': peak * (1 - progress) ** power
 
   def __call__(self, step: int) -> float:
     if step < self.warmup_steps:
       return self.warmup_start_lr + (self.peak_lr - self.warmup_start_lr) * step / self.warmup_steps
     if self.kind == "step":
       return self.peak_lr * self.decay_factor ** sum(step >= s for s in self.decay_steps)
+    # Decay spans the steps after warmup; progress runs 0 -> 1 and then stays at 1.
+    progress = min(1.0, (step - self.warmup_steps) / max(1, self.total_steps - self.warmup_steps))
+    if self.kind == "poly":
+      return self.peak_lr * (1.0 - progress) ** self.power
     if self.kind == "cosine":
-      span = max(1, self.total_steps - self.warmup_steps)
-      progress = min(1.0, (step - self.warmup_steps) / span)
       return self.peak_lr * 0.5 * (1.0 + math.cos(math.pi * progress))
     raise ValueError(f"unknown schedule kind {self.kind!r}")
 

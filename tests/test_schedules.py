@@ -44,3 +44,21 @@ def test_durations_are_converted_once_to_steps():
 def test_no_warmup_starts_at_peak():
   s = schedules.Schedule(peak_lr=1.0, total_steps=10, kind="step")
   assert s(0) == 1.0
+
+
+# MLPerf's LARS schedule: warmup, then (1 - progress)^2 from the peak to 0 at the end.
+POLY = schedules.from_epochs(base_lr=10.0, global_batch=256, steps_per_epoch=10, epochs=15,
+                             warmup_epochs=5, warmup_start_lr=0.0, kind="poly")
+
+
+@pytest.mark.parametrize("step, want", [
+    (0, 0.0), (25, 5.0), (50, 10.0), (75, 10.0 * 0.75 ** 2), (100, 10.0 * 0.5 ** 2),
+    (149, 10.0 * (1 / 100) ** 2), (150, 0.0), (400, 0.0),
+])
+def test_poly_power_two_after_warmup(step, want):
+  assert POLY(step) == pytest.approx(want, abs=1e-12)
+
+
+def test_poly_power_is_a_parameter():
+  s = schedules.Schedule(peak_lr=2.0, total_steps=4, kind="poly", power=1.0)
+  assert [s(i) for i in range(5)] == pytest.approx([2.0, 1.5, 1.0, 0.5, 0.0])
