@@ -30,3 +30,22 @@ train:  ## ResNet-20 on the digits set, 2 ranks; prints one JSON line, writes su
 
 clean:  ## remove runs and generated data (not .venv)
 	rm -rf runs data/digits results/*.tmp-*
+
+# The emulated cluster (scripts/cluster/cluster.sh; root): HOSTS network
+# namespaces with their own addresses in 198.18.0.0/15 and hostnames, joined
+# by links rate-limited to RATE each way.
+HOSTS ?= 2
+RATE ?= 200mbit
+.PHONY: cluster-up cluster-down cluster-status cluster-run
+
+cluster-up:  ## HOSTS emulated hosts imc-h1..imc-hN joined by RATE links
+	bash scripts/cluster/cluster.sh up $(HOSTS) $(RATE)
+
+cluster-down:  ## remove every namespace, link and process of the emulated cluster
+	bash scripts/cluster/cluster.sh down
+
+cluster-status:  ## the emulated hosts and their addresses
+	bash scripts/cluster/cluster.sh status
+
+cluster-run:  ## CMD on host imc-h1 with the others reachable, e.g. CMD="horovodrun -np 4 -H imc-h1:2,imc-h2:2 --network-interface imc0 python train.py --max_steps=20"
+	bash scripts/cluster/cluster.sh run bash -c "$$CMD"
