@@ -41,7 +41,7 @@ from comm import sync, topology  # noqa: E402
 from comm.exchange import make_gradient_exchange  # noqa: E402
 from input import pipeline  # noqa: E402
 from models import build_model  # noqa: E402
-from optimizers import build_optimizer, schedules  # noqa: E402
+from optimizers import build_optimizer, precision, schedules  # noqa: E402
 from progress import Progress, logger, write_json_atomic  # noqa: E402
 
 flags.define_flags()
@@ -90,11 +90,17 @@ def main(argv):
 
   # ---------------------------------------------------------------- model --
   keras.utils.set_random_seed(config.run.seed)
+  # Mixed precision (Jia et al.): layers compute in bf16/fp16, variables stay
+  # fp32 master weights; the logits layer and BatchNorm statistics stay fp32.
+  keras.mixed_precision.set_global_policy(precision.POLICIES[config.optim.precision])
   info = config.data.dataset
-  model = build_model(config.model.name, info.num_classes, info.image_shape)
-  log("model %s: %s trainable parameters", config.model.name,
-      f"{sum(int(tf.size(v)) for v in model.trainable_variables):,}")
-  loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+  model = build_model(config.model.name, info.num_classes, info.image_shape,
+                      zero_init_residual=config.model.zero_init_residual)
+  log("model %s: %s trainable parameters, precision %s", config.model.name,
+      f"{sum(int(tf.size(v)) for v in model.trainable_variables):,}", config.optim.precision)
+  # One-hot targets, so label smoothing can apply; float32 logits -> fp32 loss.
+  loss_fn = keras.losses.CategoricalCrossentropy(from_logits=True,
+                                                 label_smoothing=config.optim.label_smoothing)
 
   # ------------------------------------------------------------ optimizer --
   schedule = schedules.from_epochs(
@@ -103,8 +109,9 @@ def main(argv):
       warmup_epochs=config.optim.warmup_epochs, warmup_start_lr=config.optim.warmup_start_lr,
       kind=config.optim.lr_schedule, decay_epochs=config.optim.decay_epochs)
   optimizer = build_optimizer(config.optim, model.trainable_variables)
-  log("LR peak %.4f (%.4f per 256 x global batch %d), %d warmup steps, %s decay over %d steps",
-      schedule.peak_lr, config.optim.base_lr, config.data.global_batch,
+  loss_scale = precision.for_precision(config.optim.precision)  # identity unless fp16
+  log("%s: LR peak %.4f (%.4f per 256 x global batch %d), %d warmup steps, %s decay over %d steps",
+      config.optim.optimizer, schedule.peak_lr, config.optim.base_lr, config.data.global_batch,
       schedule.warmup_steps, schedule.kind, schedule.total_steps)
 
   # ----------------------------------------------------------- checkpoint --
@@ -133,11 +140,16 @@ def main(argv):
   def train_step(images, labels, lr):
     with tf.GradientTape() as tape:
       logits = model(images, training=True)
-      loss = loss_fn(labels, logits)
-    grads = tape.gradient(loss, model.trainable_variables)
+      loss = loss_fn(tf.one_hot(labels, info.num_classes), logits)
+      scaled_loss = loss_scale.scale_loss(loss)  # fp16: keeps small gradients above underflow
+    grads = tape.gradient(scaled_loss, model.trainable_variables)
     grads = exchange(grads)  # the one place gradients cross ranks
+    # Unscale in fp32 before the optimizer: LARS's trust ratio must see true gradients.
+    grads = loss_scale.unscale(grads)
     learning_rate.assign(lr)
-    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    # fp16: the exchanged gradients are identical on every rank, so is this
+    # finite verdict; an overflow skips the update everywhere and lowers the scale.
+    loss_scale.apply_if_finite(grads, lambda: optimizer.apply_gradients(zip(grads, model.trainable_variables)))
     correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32))
     return loss, correct
 
@@ -199,6 +211,7 @@ def main(argv):
       "per_rank_batch": config.data.batch_size, "steps": step,
       "epochs": round(step / steps_per_epoch, 3), "wall_seconds": round(time.time() - START, 1),
       "model": config.model.name, "dataset": info.name, "allreduce": config.comm.allreduce,
+      "optimizer": config.optim.optimizer, "precision": config.optim.precision,
       "replicas_identical": identical,
   }
   if world.is_chief:

@@ -10,6 +10,7 @@ from models import MODELS
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
   name: str
+  zero_init_residual: bool
 
 
 def define() -> None:
@@ -17,9 +18,12 @@ def define() -> None:
       "model", "resnet20",
       f"Network: {', '.join(sorted(MODELS))}. resnet20 is a CIFAR-style ResNet for CPU-sized "
       "runs; resnet50 (v1.5), alexnet and alexnet_bn are the ImageNet networks of the papers.")
+  absl_flags.DEFINE_boolean(
+      "zero_init_residual", True, "Start the gamma of the last BatchNorm in each residual block "
+      "at 0, so every block begins as the identity (Goyal et al. 5.1, Jia et al.); ResNets only.")
 
 
 def build(f) -> ModelConfig:
   if f.model not in MODELS:
     raise ConfigError(f"--model={f.model!r} is unknown; choose one of {', '.join(sorted(MODELS))}.")
-  return ModelConfig(name=f.model)
+  return ModelConfig(name=f.model, zero_init_residual=f.zero_init_residual)

@@ -1,12 +1,13 @@
-"""Flags of the update: optimizer, learning-rate schedule, regularisation."""
+"""Flags of the update: optimizer, learning-rate schedule, regularisation, arithmetic precision."""
 import dataclasses
 
 from absl import flags as absl_flags
 
 from flags.errors import ConfigError
 
-OPTIMIZERS = ("sgd",)
-LR_SCHEDULES = ("step", "cosine")
+OPTIMIZERS = ("sgd", "lars")
+LR_SCHEDULES = ("step", "poly", "cosine")
+PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,15 +20,23 @@ class OptimConfig:
   warmup_start_lr: float
   lr_schedule: str
   decay_epochs: tuple[float, ...]
+  lars_eta: float
+  label_smoothing: float
+  no_decay_on_bias_bn: bool
+  precision: str
 
 
 def define() -> None:
-  absl_flags.DEFINE_enum("optimizer", "sgd", OPTIMIZERS, "Optimizer: sgd (momentum SGD).")
+  absl_flags.DEFINE_enum(
+      "optimizer", "sgd", OPTIMIZERS, "Optimizer: sgd (momentum SGD) or lars (layer-wise "
+      "adaptive rate scaling, You et al. 2017, as Jia et al. for batches up to 64K).")
   absl_flags.DEFINE_float(
       "base_lr", 0.8, "Learning rate per 256 images; the peak LR is base_lr * global_batch / 256 "
       "(Goyal et al.'s linear scaling rule; they use 0.1 for ImageNet).")
   absl_flags.DEFINE_float("momentum", 0.9, "Momentum of the optimizer.")
-  absl_flags.DEFINE_float("weight_decay", 5e-4, "L2 weight decay (not scaled with the batch, as Goyal et al.).")
+  absl_flags.DEFINE_float(
+      "weight_decay", 5e-4, "L2 weight decay (not scaled with the batch, as Goyal et al.); "
+      "sgd decays decoupled from the gradient, lars adds it to the gradient inside its trust ratio.")
   absl_flags.DEFINE_float(
       "warmup_epochs", 2, "Gradual warmup: the LR rises linearly from --warmup_start_lr "
       "to the peak over this many epochs (Goyal et al.: 5).")
@@ -35,9 +44,25 @@ def define() -> None:
       "warmup_start_lr", 0.0, "LR at step 0 of the warmup (Goyal et al.: 0.1, the small-batch LR).")
   absl_flags.DEFINE_enum(
       "lr_schedule", "cosine", LR_SCHEDULES,
-      "Decay after warmup: step (x0.1 at each of --decay_epochs) or cosine (to 0 at the end).")
+      "Decay after warmup: step (x0.1 at each of --decay_epochs), poly ((1 - progress)^2 to 0, "
+      "the MLPerf LARS reference) or cosine (to 0 at the end).")
   absl_flags.DEFINE_list(
       "decay_epochs", ["30", "60", "80"], "Epochs at which the step schedule multiplies the LR by 0.1.")
+  absl_flags.DEFINE_float(
+      "lars_eta", 0.001, "LARS trust coefficient: each layer steps about eta * ||w|| per unit of "
+      "LR (MLPerf: 0.001). Only with --optimizer=lars.")
+  absl_flags.DEFINE_float(
+      "label_smoothing", 0.0, "Label smoothing of the cross-entropy target (MLPerf LARS: 0.1; "
+      "Goyal et al.: none).")
+  absl_flags.DEFINE_boolean(
+      "no_decay_on_bias_bn", True, "Exempt biases and BatchNorm gamma/beta from weight decay "
+      "(and, with lars, from the trust ratio), as Jia et al. and MLPerf; "
+      "--nono_decay_on_bias_bn decays every variable.")
+  absl_flags.DEFINE_enum(
+      "precision", "fp32", PRECISIONS,
+      "Arithmetic of forward and backward: fp32; bf16 (Keras mixed_bfloat16, fp32 variables, "
+      "no loss scaling; AMX-BF16 CPUs run it faster); fp16 (mixed_float16 with dynamic loss "
+      "scaling, as Jia et al.). Logits, loss and BatchNorm statistics stay fp32.")
 
 
 def build(f) -> OptimConfig:
@@ -53,7 +78,13 @@ def build(f) -> OptimConfig:
     decay_epochs = tuple(sorted(float(e) for e in f.decay_epochs))
   except ValueError:
     raise ConfigError(f"--decay_epochs={','.join(f.decay_epochs)} must be numbers, e.g. --decay_epochs=30,60,80.") from None
+  if f.lars_eta <= 0:
+    raise ConfigError(f"--lars_eta={f.lars_eta} must be positive, e.g. --lars_eta=0.001.")
+  if not 0 <= f.label_smoothing < 1:
+    raise ConfigError(f"--label_smoothing={f.label_smoothing} must lie in [0, 1), e.g. --label_smoothing=0.1.")
   return OptimConfig(optimizer=f.optimizer, base_lr=f.base_lr, momentum=f.momentum,
                      weight_decay=f.weight_decay, warmup_epochs=f.warmup_epochs,
                      warmup_start_lr=f.warmup_start_lr, lr_schedule=f.lr_schedule,
-                     decay_epochs=decay_epochs)
+                     decay_epochs=decay_epochs, lars_eta=f.lars_eta,
+                     label_smoothing=f.label_smoothing, no_decay_on_bias_bn=f.no_decay_on_bias_bn,
+                     precision=f.precision)

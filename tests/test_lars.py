@@ -119,3 +119,22 @@ def test_bad_arguments():
     LARS(momentum=1.0)
   with pytest.raises(ValueError):
     LARS(eta=0.0)
+
+
+@pytest.mark.parametrize("no_decay_on_bias_bn", [True, False])
+def test_flags_build_lars_that_skips_bias_and_bn(no_decay_on_bias_bn):
+  from flags.optim import OptimConfig
+  from models import build_model
+  from optimizers import build_optimizer
+  config = OptimConfig(optimizer="lars", base_lr=1.0, momentum=0.9, weight_decay=1e-4, warmup_epochs=0,
+                       warmup_start_lr=0, lr_schedule="poly", decay_epochs=(), lars_eta=0.002,
+                       label_smoothing=0.0, no_decay_on_bias_bn=no_decay_on_bias_bn, precision="fp32")
+  model = build_model("resnet20", 10, (8, 8, 1))
+  opt = build_optimizer(config, model.trainable_variables)
+  assert isinstance(opt, LARS) and (opt.eta, opt.lars_weight_decay) == (0.002, 1e-4)
+  adapted = {v.path for v in model.trainable_variables if not opt.excluded(v)}
+  if no_decay_on_bias_bn:
+    assert adapted == {v.path for v in model.trainable_variables if v.path.endswith("kernel")}
+    assert "fc/bias" not in adapted and "stem_bn/gamma" not in adapted
+  else:
+    assert adapted == {v.path for v in model.trainable_variables}

@@ -1,0 +1,77 @@
+"""Run under horovodrun -np 2: an fp16 step whose gradient overflows on one rank only is
+skipped on every rank (weights and LARS slots unchanged, loss scale halved), and the next
+clean step updates every rank identically. Prints 'OK rank N'.
+
+The step below has train.py's order: scaled loss -> scaled grads -> exchange -> unscale
+-> one finite verdict -> LARS update or skip."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import horovod.tensorflow as hvd  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import comm  # noqa: E402
+from comm import sync  # noqa: E402
+from comm.exchange import make_gradient_exchange  # noqa: E402
+from flags.comm import CommConfig  # noqa: E402
+from models import build_model  # noqa: E402
+from optimizers import precision  # noqa: E402
+from optimizers.lars import LARS  # noqa: E402
+
+
+def main():
+  world = comm.init(hvd)
+  rank = world.rank
+  keras.mixed_precision.set_global_policy(precision.POLICIES["fp16"])
+  keras.utils.set_random_seed(0)
+  model = build_model("resnet20", 10, (8, 8, 1))
+  optimizer = LARS(learning_rate=1.0, momentum=0.9, weight_decay=1e-4, eta=0.01)
+  optimizer.build(model.trainable_variables)
+  sync.broadcast_state(model.variables + optimizer.variables, hvd)
+  loss_scale = precision.DynamicLossScale(enabled=True, initial_scale=2.0 ** 10, growth_interval=2)
+  exchange = make_gradient_exchange(CommConfig(), hvd, world)
+  loss_fn = keras.losses.CategoricalCrossentropy(from_logits=True)
+  variables = model.trainable_variables
+
+  @tf.function
+  def step(images, labels, poison):
+    with tf.GradientTape() as tape:
+      loss = loss_fn(tf.one_hot(labels, 10), model(images, training=True))
+      scaled_loss = loss_scale.scale_loss(loss)
+    grads = tape.gradient(scaled_loss, variables)
+    grads = [grads[0] * poison] + grads[1:]  # the forced overflow: inf on one rank only
+    grads = exchange(grads)
+    grads = loss_scale.unscale(grads)
+    return loss_scale.apply_if_finite(grads, lambda: optimizer.apply_gradients(zip(grads, variables)))
+
+  rng = np.random.default_rng(rank)
+  images = tf.constant(rng.standard_normal((8, 8, 8, 1)), tf.float32)
+  labels = tf.constant(rng.integers(0, 10, 8), tf.int32)
+  weights = lambda: [v.numpy().copy() for v in variables + optimizer.variables]
+
+  before = weights()
+  finite = step(images, labels, tf.constant(np.inf if rank == 1 else 1.0, tf.float32))
+  assert not bool(finite), "rank %d applied an overflowing step" % rank
+  for a, b in zip(before, weights()):
+    np.testing.assert_array_equal(a, b)  # weights, velocities and iterations untouched
+  assert float(loss_scale.scale) == 2.0 ** 9 and int(loss_scale.good_steps) == 0
+
+  finite = step(images, labels, tf.constant(1.0, tf.float32))
+  assert bool(finite)
+  assert int(optimizer.iterations) == 1 and int(loss_scale.good_steps) == 1
+  moved = [not np.array_equal(a, b) for a, b in zip(before, weights())]
+  assert sum(moved) > len(variables) // 2, "the clean step moved too few variables"
+  assert sync.replicas_identical(variables, hvd), "ranks differ after the clean step"
+  assert all(np.isfinite(v.numpy()).all() for v in variables)
+
+  step(images, labels, tf.constant(1.0, tf.float32))  # second good step in a row: scale doubles
+  assert float(loss_scale.scale) == 2.0 ** 10 and int(loss_scale.good_steps) == 0
+  print(f"OK rank {rank}", flush=True)
+
+
+if __name__ == "__main__":
+  main()

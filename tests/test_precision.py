@@ -1,0 +1,98 @@
+"""Mixed precision: the Keras policies, the loss-scale state machine, and fp16/bf16 runs over real ranks."""
+import json
+import re
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import horovodrun
+from models import build_model
+from optimizers import precision
+
+# (scale, good_steps, finite) -> (scale, good_steps), growth_interval=3, factor=2, min_scale=1
+@pytest.mark.parametrize("scale, good, finite, want", [
+    (1024.0, 0, True, (1024.0, 1)),
+    (1024.0, 1, True, (1024.0, 2)),
+    (1024.0, 2, True, (2048.0, 0)),   # third finite step in a row: grow, restart the count
+    (1024.0, 2, False, (512.0, 0)),   # overflow: halve, restart the count
+    (1.0, 0, False, (1.0, 0)),        # never below min_scale
+    (1.5, 1, False, (1.0, 0)),
+])
+def test_next_state(scale, good, finite, want):
+  s, g = precision.next_state(tf.constant(scale), tf.constant(good, tf.int64), tf.constant(finite),
+                              growth_interval=3, factor=2.0, min_scale=1.0)
+  assert (float(s), int(g)) == want
+
+
+@pytest.mark.parametrize("values, want", [
+    ([[1.0, 2.0], [3.0]], True), ([[1.0, np.inf], [3.0]], False),
+    ([[1.0], [np.nan]], False), ([[-np.inf]], False), ([[0.0], []], True),
+])
+def test_all_finite(values, want):
+  assert bool(precision.all_finite([tf.constant(v, tf.float32) for v in values])) == want
+
+
+def test_disabled_scale_is_the_identity_and_always_applies():
+  ls = precision.for_precision("bf16")
+  loss, grads = tf.constant(2.5), [tf.constant([np.inf])]
+  assert ls.scale_loss(loss) is loss and ls.unscale(grads) is grads
+  calls = []
+  assert bool(ls.apply_if_finite(grads, lambda: calls.append(1)))
+  assert calls == [1]
+
+
+def test_fp16_skips_overflow_and_unscales_to_the_true_gradient():
+  ls = precision.for_precision("fp16")
+  assert float(ls.scale) == 2.0 ** 15
+  w = tf.Variable([3.0, -1.0])
+  with tf.GradientTape() as tape:
+    loss = tf.reduce_sum(w * w) * 1e-6  # true gradient 2e-6 * w
+    scaled = ls.scale_loss(loss)
+  (g,) = ls.unscale(tape.gradient(scaled, [w]))
+  np.testing.assert_allclose(g.numpy(), [6e-6, -2e-6], rtol=1e-6)
+  applied = []
+  assert not bool(ls.apply_if_finite([tf.constant([np.nan])], lambda: applied.append(1)))
+  assert applied == [] and float(ls.scale) == 2.0 ** 14
+  assert bool(ls.apply_if_finite([g], lambda: applied.append(1)))
+  assert applied == [1] and int(ls.good_steps) == 1
+
+
+@pytest.fixture
+def policy():
+  """Set a global Keras policy for one test, then restore float32 for the rest of the session."""
+  yield keras.mixed_precision.set_global_policy
+  keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.mark.parametrize("name, compute", [("bf16", "bfloat16"), ("fp16", "float16")])
+def test_mixed_policy_keeps_fp32_variables_logits_and_bn_statistics(policy, name, compute):
+  policy(precision.POLICIES[name])
+  model = build_model("resnet20", 10, (8, 8, 1))
+  assert all(v.dtype == "float32" for v in model.variables)  # fp32 master weights
+  assert model.get_layer("stage1_block1_conv1").compute_dtype == compute
+  assert model.get_layer("fc").compute_dtype == "float32"  # softmax/loss in fp32
+  logits = model(tf.random.normal((4, 8, 8, 1)), training=True)
+  assert logits.dtype == tf.float32
+  bn = model.get_layer("stage1_block1_bn1")
+  assert bn.moving_mean.dtype == "float32" and bn.moving_variance.dtype == "float32"
+  assert not np.allclose(bn.moving_mean.numpy(), 0.0)  # statistics were updated, in fp32
+
+
+@pytest.mark.multiprocess
+def test_fp16_overflow_on_one_rank_is_skipped_on_every_rank():
+  proc = horovodrun(2, "python", "tests/mp/precision_overflow.py", check=True, timeout=300)
+  assert proc.stdout.count("OK rank") == 2, proc.stdout
+
+
+@pytest.mark.multiprocess
+def test_train_py_runs_lars_in_fp16_with_label_smoothing(tmp_path):
+  proc = horovodrun(2, "python", "train.py", f"--model_dir={tmp_path}", "--optimizer=lars",
+                    "--precision=fp16", "--label_smoothing=0.1", "--base_lr=20", "--lr_schedule=poly",
+                    "--batch_size=16", "--max_steps=6", "--log_every=2", check=True, timeout=300)
+  summary = json.loads(re.findall(r"^(?:\[\d+,\d+\]<stdout>:)?(\{.*\})$", proc.stdout, re.M)[-1])
+  assert (summary["optimizer"], summary["precision"], summary["steps"]) == ("lars", "fp16", 6)
+  assert summary["replicas_identical"] is True
+  assert np.isfinite(summary["final_loss"])
+  assert "batch 16 per rank, global 32" in proc.stderr
