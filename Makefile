@@ -49,3 +49,8 @@ cluster-status:  ## the emulated hosts and their addresses
 
 cluster-run:  ## CMD on host imc-h1 with the others reachable, e.g. CMD="horovodrun -np 4 -H imc-h1:2,imc-h2:2 --network-interface imc0 python train.py --max_steps=20"
 	bash scripts/cluster/cluster.sh run bash -c "$$CMD"
+
+.PHONY: reproduce
+
+reproduce:  ## Goyal-style large-batch experiment on digits (batch 16 vs 256, SGD/warmup/LARS/bf16, 2 seeds); writes results/reproduce.{md,png,json}
+	$(PY) scripts/reproduce.py

@@ -138,3 +138,20 @@ def test_flags_build_lars_that_skips_bias_and_bn(no_decay_on_bias_bn):
     assert "fc/bias" not in adapted and "stem_bn/gamma" not in adapted
   else:
     assert adapted == {v.path for v in model.trainable_variables}
+
+
+@pytest.mark.parametrize("overrides, must_name", [
+    ({"lars_eta": 0.0}, "--lars_eta"), ({"label_smoothing": 1.0}, "--label_smoothing"),
+    ({"label_smoothing": -0.1}, "--label_smoothing"),
+])
+def test_bad_recipe_flags(overrides, must_name):
+  import types
+
+  from absl import flags as absl_flags
+
+  import flags
+  from comm.topology import World
+  flags.define_flags()
+  parsed = types.SimpleNamespace(**{**{n: absl_flags.FLAGS[n].default for n in absl_flags.FLAGS}, **overrides})
+  with pytest.raises(flags.ConfigError, match=must_name):
+    flags.build_config(parsed, World())
