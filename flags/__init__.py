@@ -58,6 +58,9 @@ def check_paths(config: Config) -> str | None:
   if d.data_dir and not d.create_data_dir and not os.path.isdir(d.data_dir):
     return (f"--data_dir={d.data_dir} does not exist on this host; point it at the "
             f"{d.dataset.name} files, or omit it to use the default place.")
+  problem = data.check(d, config.world)  # scanned sources: what --data_dir holds
+  if problem:
+    return problem
   if config.world.is_chief:
     problem = _unwritable(config.run.model_dir)
     if problem:

@@ -6,14 +6,18 @@ from absl import flags as absl_flags
 
 from comm.topology import World
 from flags.errors import ConfigError
-from input.datasets import DATASETS, DatasetInfo
+from input.datasets import DATASETS, IMAGENET, SCANNED, DatasetInfo
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-  dataset: DatasetInfo
+  dataset: DatasetInfo   # for a scanned source, ILSVRC-2012's until input.sources reads the files
+  source: str            # digits | synthetic | imagenet | folder | tfds
+  tfds_name: str         # the <name> of tfds:<name>, else ''
+  image_size: int        # side of the square images the model sees (ImageNet-like sources)
+  skip_corrupt: bool     # skip (and count) damaged images and records instead of stopping
   data_dir: str          # '' for in-memory data sets
   create_data_dir: bool  # the default place may be created; a --data_dir given must exist
   batch_size: int        # per rank: the BatchNorm batch (Goyal et al.)
@@ -25,9 +29,12 @@ class DataConfig:
 def define() -> None:
   absl_flags.DEFINE_string(
       "dataset", "digits",
-      f"Data set: {', '.join(sorted(DATASETS))}. 'digits' is scikit-learn's handwritten "
-      "digits written once as TFRecords; 'synthetic' is a fixed in-memory batch "
-      "(no input cost, for benchmarks).")
+      f"Data set: {', '.join(sorted(DATASETS) + list(SCANNED))}. 'digits' is scikit-learn's "
+      "handwritten digits written once as TFRecords; 'synthetic' is a fixed in-memory batch "
+      "(no input cost, for benchmarks); 'imagenet' reads TFRecords in ImageNet's layout "
+      "(train-00000-of-01024 ..., validation-...) from --data_dir; 'folder' reads "
+      "--data_dir/train/<wnid>/*.JPEG and val/<wnid>/*.JPEG; 'tfds:<name>' reads a "
+      "tensorflow-datasets set (e.g. tfds:imagenet2012) prepared in --data_dir.")
   absl_flags.DEFINE_string(
       "data_dir", "",
       "Directory of the data set's files. Empty: the default place for the data set "
@@ -41,12 +48,58 @@ def define() -> None:
   absl_flags.DEFINE_integer("eval_batch_size", 0, "Images per rank per evaluation step "
                             "(0: same as the training batch per rank).")
   absl_flags.DEFINE_integer("shuffle_buffer", 10_000, "Examples in each rank's shuffle buffer.")
+  absl_flags.DEFINE_integer(
+      "image_size", 224, "Side of the square images fed to the model for imagenet, folder and "
+      "tfds sets: random crops resized to it in training, a central crop in evaluation.")
+  absl_flags.DEFINE_boolean(
+      "skip_corrupt", False, "Skip damaged images and truncated TFRecord files, counting them "
+      "in the log, instead of stopping with an error that names the file.")
+
+
+def _dataset(f) -> tuple[DatasetInfo, str, str]:
+  """(nominal info, source, tfds name) of --dataset."""
+  if f.dataset in DATASETS:
+    return DATASETS[f.dataset], f.dataset, ""
+  source, _, tfds_name = f.dataset.partition(":")
+  if source not in ("imagenet", "folder", "tfds") or bool(tfds_name) != (source == "tfds"):
+    raise ConfigError(f"--dataset={f.dataset!r} is unknown; choose one of "
+                      f"{', '.join(sorted(DATASETS) + list(SCANNED))}.")
+  if not f.data_dir:
+    raise ConfigError(f"--dataset={f.dataset} reads its files from --data_dir; pass "
+                      f"--data_dir=/path/to/{'tensorflow_datasets' if tfds_name else 'imagenet'}.")
+  if f.image_size < 8:
+    raise ConfigError(f"--image_size={f.image_size} is too small; pass at least 8, e.g. --image_size=224.")
+  info = dataclasses.replace(IMAGENET, name=f.dataset, image_shape=(f.image_size, f.image_size, 3))
+  return info, source, tfds_name
+
+
+def fits(info: DatasetInfo, batch_size: int, world: World) -> str | None:
+  """Why this batch and these ranks cannot run on the data set, or None."""
+  global_batch = batch_size * world.size
+  if global_batch > info.num_train:
+    return (f"The global batch {global_batch} ({batch_size} per rank x {world.size} ranks) exceeds the "
+            f"{info.num_train} training examples of {info.name}; lower --batch_size.")
+  if info.num_eval and world.size > info.num_eval:
+    return (f"{world.size} ranks exceed the {info.num_eval} examples of {info.name}'s held-out split, "
+            f"so some ranks would evaluate nothing; run with at most {info.num_eval} ranks.")
+  return None
+
+
+def check(config: DataConfig, world: World) -> str | None:
+  """Read what --data_dir holds (scanned sources) and check the batch against it; a
+  sentence naming the flag and the fix, or None. Runs on every rank before training."""
+  if config.source not in ("imagenet", "folder", "tfds"):
+    return None
+  from input import sources  # TensorFlow: imported only when there are files to read
+  try:
+    info = sources.scan(config).info
+  except ConfigError as e:
+    return str(e)
+  return fits(info, config.batch_size, world)
 
 
 def build(f, world: World) -> DataConfig:
-  if f.dataset not in DATASETS:
-    raise ConfigError(f"--dataset={f.dataset!r} is unknown; choose one of {', '.join(sorted(DATASETS))}.")
-  info = DATASETS[f.dataset]
+  info, source, tfds_name = _dataset(f)
 
   if f.global_batch_size:
     if f.global_batch_size <= 0:
@@ -61,14 +114,9 @@ def build(f, world: World) -> DataConfig:
       raise ConfigError(f"--batch_size={f.batch_size} must be positive (images per rank), e.g. --batch_size=32.")
     batch_size = f.batch_size
   global_batch = batch_size * world.size
-  if global_batch > info.num_train:
-    raise ConfigError(
-        f"The global batch {global_batch} ({batch_size} per rank x {world.size} ranks) exceeds the "
-        f"{info.num_train} training examples of {info.name}; lower --batch_size.")
-  if info.num_eval and world.size > info.num_eval:
-    raise ConfigError(
-        f"{world.size} ranks exceed the {info.num_eval} examples of {info.name}'s held-out split, "
-        f"so some ranks would evaluate nothing; run with at most {info.num_eval} ranks.")
+  problem = None if source in ("imagenet", "folder", "tfds") else fits(info, batch_size, world)
+  if problem:  # scanned sources are checked against their files in check()
+    raise ConfigError(problem)
   if f.eval_batch_size < 0:
     raise ConfigError(f"--eval_batch_size={f.eval_batch_size} is negative; pass 0 or a positive number.")
   if f.shuffle_buffer <= 0:
@@ -79,7 +127,8 @@ def build(f, world: World) -> DataConfig:
   if create_data_dir:
     data_dir = os.path.join(REPO_ROOT, "data", info.name)
   data_dir = os.path.abspath(os.path.expanduser(data_dir)) if data_dir else ""
-  return DataConfig(dataset=info, data_dir=data_dir, create_data_dir=create_data_dir,
+  return DataConfig(dataset=info, source=source, tfds_name=tfds_name, image_size=f.image_size,
+                    skip_corrupt=f.skip_corrupt, data_dir=data_dir, create_data_dir=create_data_dir,
                     batch_size=batch_size,
                     global_batch=global_batch, eval_batch_size=f.eval_batch_size or batch_size,
                     shuffle_buffer=f.shuffle_buffer)

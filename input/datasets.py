@@ -8,7 +8,9 @@ import dataclasses
 @dataclasses.dataclass(frozen=True)
 class DatasetInfo:
   """num_train/num_eval: examples per split; image_shape: (height, width, channels)
-  fed to the model; mean/std: per-channel normalisation of pixels in [0, 1]."""
+  fed to the model; mean/std: per-channel normalisation of pixels in [0, 1];
+  inception_crop: train on random crops and evaluate on a central crop
+  (input/preprocessing.py), instead of decoding the image as it is."""
   name: str
   num_classes: int
   image_shape: tuple[int, int, int]
@@ -17,6 +19,7 @@ class DatasetInfo:
   mean: tuple[float, ...]
   std: tuple[float, ...]
   on_disk: bool
+  inception_crop: bool = False
 
 
 # scikit-learn's handwritten digits: 1,797 real 8x8 images, 16 grey levels.
@@ -32,4 +35,15 @@ SYNTHETIC = DatasetInfo(name="synthetic", num_classes=1000, image_shape=(224, 22
                         num_train=1_281_167, num_eval=0, mean=(0.485, 0.456, 0.406),
                         std=(0.229, 0.224, 0.225), on_disk=False)
 
+# ImageNet's per-channel statistics of RGB pixels in [0, 1] (torchvision, tensorflow/models).
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
 DATASETS = {d.name: d for d in (DIGITS, SYNTHETIC)}
+
+# Sources read from --data_dir whose classes and sizes are found there
+# (input/sources.py); until then they are described as ILSVRC-2012.
+IMAGENET = DatasetInfo(name="imagenet", num_classes=1000, image_shape=(224, 224, 3),
+                       num_train=1_281_167, num_eval=50_000, mean=IMAGENET_MEAN,
+                       std=IMAGENET_STD, on_disk=True, inception_crop=True)
+SCANNED = ("imagenet", "folder", "tfds:<name>")

@@ -7,6 +7,7 @@ a tf.train.Example with `image/encoded` (JPEG or PNG bytes) and
 to 0-based.
 """
 import os
+import struct
 
 import tensorflow as tf
 
@@ -14,6 +15,7 @@ SPLITS = {"train": "train", "eval": "validation"}
 ENCODED = "image/encoded"
 LABEL = "image/class/label"
 LABEL_OFFSET = 1  # files hold 1-based labels, the model sees 0-based ones
+BBOX = tuple(f"image/object/bbox/{k}" for k in ("ymin", "xmin", "ymax", "xmax"))
 
 
 def shard_name(split: str, index: int, count: int) -> str:
@@ -25,12 +27,20 @@ def shard_paths(data_dir: str, split: str) -> list[str]:
   return sorted(tf.io.gfile.glob(os.path.join(data_dir, f"{SPLITS[split]}-*-of-*")))
 
 
-def make_example(encoded: bytes, label: int) -> bytes:
-  """A serialised tf.train.Example; label is 0-based and stored 1-based."""
+def make_example(encoded: bytes, label: int, **extra) -> bytes:
+  """A serialised tf.train.Example; label is 0-based and stored 1-based.
+
+  extra: more features of the layout by their short name, e.g.
+  synset="n01440764", filename="x.JPEG", height=375, width=500.
+  """
   feature = {
       ENCODED: tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded])),
       LABEL: tf.train.Feature(int64_list=tf.train.Int64List(value=[label + LABEL_OFFSET])),
   }
+  for name, value in extra.items():
+    key = "image/class/synset" if name == "synset" else f"image/{name}"
+    feature[key] = (tf.train.Feature(int64_list=tf.train.Int64List(value=[value])) if isinstance(value, int)
+                    else tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.encode()])))
   return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
@@ -41,6 +51,50 @@ def parse_example(serialized):
       LABEL: tf.io.FixedLenFeature([], tf.int64),
   })
   return parsed[ENCODED], tf.cast(parsed[LABEL] - LABEL_OFFSET, tf.int32)
+
+
+def parse_with_boxes(serialized):
+  """(encoded bytes, 0-based int32 label, float32 boxes (N, 4) [ymin, xmin, ymax, xmax]).
+
+  N = 0 when the record has no `image/object/bbox/*` (ImageNet's validation
+  records, and any converted folder).
+  """
+  spec = {ENCODED: tf.io.FixedLenFeature([], tf.string), LABEL: tf.io.FixedLenFeature([], tf.int64)}
+  spec.update({key: tf.io.VarLenFeature(tf.float32) for key in BBOX})
+  parsed = tf.io.parse_single_example(serialized, spec)
+  boxes = tf.stack([tf.sparse.to_dense(parsed[key]) for key in BBOX], axis=1)
+  return parsed[ENCODED], tf.cast(parsed[LABEL] - LABEL_OFFSET, tf.int32), boxes
+
+
+class TruncatedRecordFile(ValueError):
+  """A TFRecord file ends inside a record; .complete is the records before that."""
+
+  def __init__(self, path, complete):
+    super().__init__(f"{path} is truncated after {complete} complete records")
+    self.path, self.complete = path, complete
+
+
+def count_records(path: str) -> int:
+  """Records in a TFRecord file, walking the 12-byte headers (no payload read).
+
+  A TFRecord is [length u64][crc u32][data][crc u32]; seeking over the data
+  counts ImageNet's 1,024 training shards in seconds. Raises
+  TruncatedRecordFile if the file ends inside a record.
+  """
+  size = tf.io.gfile.stat(path).length
+  count = position = 0
+  with tf.io.gfile.GFile(path, "rb") as fh:
+    while position < size:
+      header = fh.read(12)
+      if len(header) < 12:
+        raise TruncatedRecordFile(path, count)
+      (length,) = struct.unpack("<Q", header[:8])
+      position += 12 + length + 4
+      if position > size:
+        raise TruncatedRecordFile(path, count)
+      fh.seek(position)
+      count += 1
+  return count
 
 
 def write_shards(examples, data_dir: str, split: str, num_shards: int) -> list[str]:

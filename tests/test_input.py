@@ -1,10 +1,9 @@
 """The digits TFRecords and the per-rank pipeline."""
-import types
-
 import numpy as np
 import tensorflow as tf
 
 from comm.topology import World
+from flags.data import DataConfig
 from input import digits, pipeline, records
 from input.datasets import DIGITS
 
@@ -58,9 +57,9 @@ def test_normalisation_constants_match_the_training_split():
 
 
 def data_config(data_dir, batch_size=32, ranks=1):
-  return types.SimpleNamespace(dataset=DIGITS, data_dir=data_dir, batch_size=batch_size,
-                               global_batch=batch_size * ranks, eval_batch_size=50,
-                               shuffle_buffer=10_000)
+  return DataConfig(dataset=DIGITS, source="digits", tfds_name="", image_size=8, skip_corrupt=False,
+                    data_dir=data_dir, create_data_dir=False, batch_size=batch_size,
+                    global_batch=batch_size * ranks, eval_batch_size=50, shuffle_buffer=10_000)
 
 
 def test_ranks_train_on_disjoint_shards_and_evaluate_everything_once(digits_dir):

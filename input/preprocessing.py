@@ -1,0 +1,123 @@
+"""One example's image, as the ImageNet references prepare it (pure TF functions).
+
+Training (Szegedy et al.'s Inception crop, as in tensorflow/models'
+imagenet_preprocessing.py and NVIDIA's DALI pipeline): sample a window covering
+8-100% of the area with aspect ratio 3/4-4/3 (inside the record's boxes when it
+has any), decode only that window (`decode_and_crop_jpeg`: the fused op skips
+the IDCT of the rest), resize to size x size, flip left-right with p = 0.5.
+Evaluation: the central crop that resizing the shorter side to 256 and cutting
+224 would keep, decoded fused and then resized (the same pixels, one resize).
+Both normalise with the data set's per-channel mean and std and return the
+requested dtype. Randomness is stateless, so (seed, example position) fixes the
+crop and flip: a resumed run sees the same augmented images.
+"""
+import tensorflow as tf
+
+# Evaluation crop: shorter side resized to 256 for a 224 crop (ResNet, AlexNet papers).
+EVAL_RESIZE_RATIO = 256 / 224
+AREA_RANGE = (0.08, 1.0)
+ASPECT_RANGE = (3 / 4, 4 / 3)
+MIN_OBJECT_COVERED = 0.1  # tensorflow/models' value: the window must touch a box
+WHOLE_IMAGE = ((0.0, 0.0, 1.0, 1.0),)
+
+
+def image_shape(encoded):
+  """(height, width, channels) int32 of JPEG bytes (header only) or any image (decoded)."""
+  return tf.cond(tf.io.is_jpeg(encoded),
+                 lambda: tf.image.extract_jpeg_shape(encoded),
+                 lambda: tf.shape(_decode_any(encoded), out_type=tf.int32))
+
+
+def _decode_any(encoded):
+  image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+  image.set_shape([None, None, 3])
+  return image
+
+
+def _decode_window(encoded, window):
+  """uint8 (h, w, 3) of the window [y, x, h, w]; fused for JPEG."""
+  return tf.cond(
+      tf.io.is_jpeg(encoded),
+      lambda: tf.image.decode_and_crop_jpeg(encoded, window, channels=3),
+      lambda: tf.image.crop_to_bounding_box(_decode_any(encoded), window[0], window[1], window[2], window[3]))
+
+
+def normalise(image, mean, std, dtype=tf.float32):
+  """Pixels in 0..255 -> (x / 255 - mean) / std, cast to dtype."""
+  image = tf.cast(image, tf.float32) / 255.0
+  return tf.cast((image - mean) / std, dtype)
+
+
+def crop_window(shape, boxes, seed):
+  """[y, x, h, w] int32 of a random Inception-style crop of an image of `shape`.
+
+  boxes: float (N, 4) of [ymin, xmin, ymax, xmax] in [0, 1]; N = 0 means the
+  whole image. seed: int32/int64 (2,), the stateless seed of this example.
+  """
+  boxes = tf.cond(tf.shape(boxes)[0] > 0, lambda: boxes, lambda: tf.constant(WHOLE_IMAGE))
+  begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+      shape, boxes[None], seed=seed, min_object_covered=MIN_OBJECT_COVERED,
+      aspect_ratio_range=ASPECT_RANGE, area_range=AREA_RANGE, max_attempts=10,
+      use_image_if_no_bounding_boxes=True)
+  return tf.stack([begin[0], begin[1], size[0], size[1]])
+
+
+def train_image(encoded, boxes, seed, size, mean, std, dtype=tf.float32):
+  """Encoded image -> (size, size, 3) augmented, normalised training image."""
+  crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+  window = crop_window(image_shape(encoded), boxes, crop_seed)
+  image = tf.image.resize(_decode_window(encoded, window), [size, size])
+  image = tf.image.stateless_random_flip_left_right(image, flip_seed)
+  return normalise(image, mean, std, dtype)
+
+
+def center_window(shape, size):
+  """[y, x, h, w] int32: the square central crop of fraction size / (size * 256/224)
+  of the shorter side, i.e. what a resize to 256 then a 224 crop keeps."""
+  height, width = shape[0], shape[1]
+  side = tf.cast(tf.cast(tf.minimum(height, width), tf.float32)
+                 * (size / round(size * EVAL_RESIZE_RATIO)), tf.int32)
+  return tf.stack([(height - side + 1) // 2, (width - side + 1) // 2, side, side])
+
+
+def eval_image(encoded, size, mean, std, dtype=tf.float32):
+  """Encoded image -> (size, size, 3) centrally cropped, normalised evaluation image."""
+  window = center_window(image_shape(encoded), size)
+  image = tf.image.resize(_decode_window(encoded, window), [size, size])
+  return normalise(image, mean, std, dtype)
+
+
+def plain_image(encoded, image_shape_hwc, mean, std, dtype=tf.float32):
+  """Small data sets (digits): decode, resize only if the size differs, normalise."""
+  height, width, channels = image_shape_hwc
+  image = tf.io.decode_image(encoded, channels=channels, expand_animations=False)
+  image.set_shape([None, None, channels])
+  image = tf.cast(image, tf.float32)
+  if image.shape[0] != height or image.shape[1] != width:
+    image = tf.image.resize(image, [height, width])
+  return normalise(image, mean, std, dtype)
+
+
+def _holds(tail, marker):
+  """bool: the int32 byte vector `tail` contains the byte sequence `marker`."""
+  k = len(marker)
+  hits = tf.ones([tf.maximum(tf.size(tail) - k + 1, 0)], tf.bool)
+  for i, byte in enumerate(marker):
+    hits &= tail[i:tf.size(tail) - k + 1 + i] == byte
+  return tf.reduce_any(hits)
+
+
+def looks_complete(encoded):
+  """bool: the bytes start like a JPEG/PNG and still hold its end marker.
+
+  Catches the common damage (a truncated download, a file that is not an
+  image) with a few byte compares, before the decoder fails with a message
+  that does not say which file; other formats pass unchecked.
+  """
+  n = tf.strings.length(encoded)
+  tail_len = tf.minimum(n, 64)
+  tail = tf.cast(tf.io.decode_raw(tf.strings.substr(encoded, n - tail_len, tail_len), tf.uint8), tf.int32)
+  jpeg = tf.io.is_jpeg(encoded)
+  png = tf.equal(tf.strings.substr(encoded, 0, 8), b"\x89PNG\r\n\x1a\n")
+  return tf.where(jpeg, _holds(tail, (0xFF, 0xD9)),
+                  tf.where(png, _holds(tail, tuple(b"IEND")), n > 0))

@@ -1,0 +1,45 @@
+"""Which examples each rank reads in an epoch: one shared shuffle, partitioned.
+
+Goyal et al. (2017, sec. 2.3) use one random shuffle of the training set per
+epoch, partitioned across the workers; a per-worker shuffle of fixed shards
+changes what a mini-batch is. Every rank computes the same permutation of the
+data set's files from (seed, epoch), lays the files end to end, and takes its
+own contiguous run of `quota` examples from that line: files are dealt to ranks
+before they are opened (a rank reads only its own), no example is read twice
+within an epoch, and the few left over (fewer than one global batch) change
+from epoch to epoch. A file split between two ranks is read from an offset.
+Pure numpy: the plan is a table test away from being checked.
+"""
+import numpy as np
+
+
+def epoch_order(num_files: int, seed: int, epoch: int) -> np.ndarray:
+  """The permutation of file indices for (seed, epoch); identical on every rank."""
+  return np.random.default_rng([seed, epoch, 0x5EED]).permutation(num_files)
+
+
+def segments(counts, order, start: int, length: int) -> list[tuple[int, int, int]]:
+  """(file, first record, records) runs covering positions [start, start+length)
+  of the line made by the files in `order`, each file holding counts[file] records."""
+  counts = np.asarray(counts, np.int64)[np.asarray(order, np.int64)]
+  ends = np.cumsum(counts)
+  if start < 0 or start + length > (ends[-1] if len(ends) else 0):
+    raise ValueError(f"positions [{start}, {start + length}) exceed the {int(ends[-1]) if len(ends) else 0} records")
+  runs = []
+  position, stop = start, start + length
+  i = int(np.searchsorted(ends, position, side="right"))
+  while position < stop:
+    file_start = int(ends[i] - counts[i])
+    take = min(int(ends[i]), stop) - position
+    if take:
+      runs.append((int(order[i]), position - file_start, take))
+    position += take
+    i += 1
+  return runs
+
+
+def rank_share(total: int, size: int, rank: int) -> tuple[int, int]:
+  """(start, length) of rank's contiguous share when `total` examples are split
+  as evenly as possible over `size` ranks (evaluation: every example once)."""
+  base, extra = divmod(total, size)
+  return rank * base + min(rank, extra), base + (rank < extra)

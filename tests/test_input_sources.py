@@ -1,0 +1,208 @@
+"""ImageNet-layout sources built from the 100 real sample JPEGs: folder, TFRecords
+(through the converter) and a locally prepared tfds set; the shared per-epoch
+shuffle partitioned across ranks; evaluation coverage; bad input."""
+import json
+import os
+import shutil
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bench import samples
+from comm.topology import World
+from flags import data as data_flags
+from flags.errors import ConfigError
+from input import convert, pipeline, records, sources
+
+NUM = 100       # sample images; one class each, so a training label is the example's id
+NUM_EVAL = 20   # every 5th sample is also in val/
+
+
+def data_config(dataset, data_dir, batch_size=8, world=World(), image_size=32, skip_corrupt=False):
+  """A DataConfig through the real flag validation."""
+  f = types.SimpleNamespace(dataset=dataset, data_dir=data_dir, batch_size=batch_size, global_batch_size=0,
+                            eval_batch_size=0, shuffle_buffer=64, image_size=image_size,
+                            skip_corrupt=skip_corrupt)
+  return data_flags.build(f, world)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+  return samples.imagenet_folder(str(tmp_path_factory.mktemp("folder")))
+
+
+@pytest.fixture(scope="module")
+def tfrecords(folder, tmp_path_factory):
+  dst = str(tmp_path_factory.mktemp("tfrecords"))
+  convert.convert(folder, dst, train_shards=7, validation_shards=3, workers=1, progress=open(os.devnull, "w"))
+  return dst
+
+
+def labels_of(dataset):
+  return np.concatenate([labels.numpy() for _, labels in dataset]) if dataset is not None else np.array([])
+
+
+def test_sources_describe_what_the_directory_holds(folder, tfrecords):
+  for dataset, path in (("folder", folder), ("imagenet", tfrecords)):
+    info = sources.scan(data_config(dataset, path)).info
+    assert (info.num_classes, info.num_train, info.num_eval, info.image_shape) == (NUM, NUM, NUM_EVAL, (32, 32, 3))
+  assert [c for c in sources.scan(data_config("imagenet", tfrecords)).train.counts] == [14, 14, 14, 15, 14, 14, 15]
+
+
+@pytest.mark.parametrize("dataset", ["folder", "imagenet"])
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_each_epoch_is_one_shuffle_partitioned_across_ranks(dataset, ranks, folder, tfrecords):
+  path = folder if dataset == "folder" else tfrecords
+  epochs = []
+  for epoch in (0, 1):
+    per_rank = []
+    for rank in range(ranks):
+      data = pipeline.build(data_config(dataset, path, batch_size=32 // ranks, world=World(ranks, rank)),
+                            World(ranks, rank), seed=7)
+      batches = list(data.train_epoch(epoch))
+      assert len(batches) == data.steps_per_epoch == NUM // 32
+      assert all(images.shape == (32 // ranks, 32, 32, 3) for images, _ in batches)
+      per_rank.append(np.concatenate([labels.numpy() for _, labels in batches]))
+    seen = np.concatenate(per_rank)
+    # Every example at most once, and all but fewer than one global batch of them.
+    assert len(seen) == len(set(seen)) == (NUM // 32) * 32
+    assert set(seen) <= set(range(NUM))
+    epochs.append(per_rank)
+  # A new shuffle each epoch: each rank's share changes.
+  assert all(set(a) != set(b) for a, b in zip(*epochs))
+
+
+@pytest.mark.parametrize("dataset", ["folder", "imagenet"])
+def test_evaluation_covers_every_example_once_across_ranks(dataset, folder, tfrecords):
+  path = folder if dataset == "folder" else tfrecords
+  want = sorted(int(l) for l in labels_of(pipeline.build(data_config(dataset, path), World(), 0).eval()))
+  assert len(want) == NUM_EVAL and len(set(want)) == NUM_EVAL
+  for ranks in (3, 4):
+    got = np.concatenate([labels_of(pipeline.build(data_config(dataset, path, world=World(ranks, r)),
+                                                   World(ranks, r), 0).eval()) for r in range(ranks)])
+    assert sorted(got.tolist()) == want
+
+
+def test_a_resumed_epoch_continues_with_the_same_batches(tfrecords):
+  data = pipeline.build(data_config("imagenet", tfrecords, batch_size=16), World(), seed=3)
+  full = [b for b in data.train_epoch(1)]
+  rest = [b for b in data.train_epoch(1, first_step=2, count=3)]
+  assert len(rest) == 3
+  for (a_images, a_labels), (b_images, b_labels) in zip(full[2:5], rest):
+    np.testing.assert_array_equal(a_labels, b_labels)
+    np.testing.assert_array_equal(a_images, b_images)  # same crops and flips, not only the same order
+
+
+def test_output_dtype_follows_the_requested_precision(folder):
+  data = pipeline.build(data_config("folder", folder), World(), seed=0, dtype=tf.bfloat16)
+  images, labels = next(iter(data.train_epoch(0)))
+  assert images.dtype == tf.bfloat16 and labels.dtype == tf.int32
+
+
+# --------------------------------------------------------------------- tfds --
+
+def test_a_prepared_tfds_set_is_read_without_downloading(tmp_path):
+  import tensorflow_datasets as tfds
+
+  files = samples.sample_files()
+
+  class SampleImages(tfds.core.GeneratorBasedBuilder):
+    VERSION = tfds.core.Version("1.0.0")
+    pkg_dir_path = tmp_path  # tfds looks for metadata beside a builder's package; a test has none
+
+    def _info(self):
+      return self.dataset_info_from_configs(
+          features=tfds.features.FeaturesDict({"image": tfds.features.Image(encoding_format="jpeg"),
+                                               "label": tfds.features.ClassLabel(num_classes=NUM)}),
+          supervised_keys=("image", "label"))
+
+    def _split_generators(self, dl_manager):
+      return {"train": self._generate_examples(files), "validation": self._generate_examples(files[::5])}
+
+    def _generate_examples(self, paths):
+      for path in paths:
+        yield os.path.basename(path), {"image": path, "label": files.index(path)}
+
+  SampleImages(data_dir=str(tmp_path)).download_and_prepare(download_dir=str(tmp_path / "none"))
+  config = data_config("tfds:sample_images", str(tmp_path), batch_size=16, world=World(2, 0))
+  assert data_flags.check(config, World(2, 0)) is None
+  seen = []
+  for rank in range(2):
+    data = pipeline.build(data_config("tfds:sample_images", str(tmp_path), batch_size=16, world=World(2, rank)),
+                          World(2, rank), seed=1)
+    assert data.info.num_classes == NUM and data.info.num_eval == NUM_EVAL
+    seen.append(labels_of(data.train_epoch(0)))
+  seen = np.concatenate(seen)
+  assert len(seen) == len(set(seen)) == 96
+
+
+# ---------------------------------------------------------------- bad input --
+
+def check(dataset, path, **kw):
+  return data_flags.check(data_config(dataset, path, **kw), World())
+
+
+def test_bad_directories_get_one_sentence_naming_the_flag_and_the_fix(tmp_path, folder):
+  os.makedirs(tmp_path / "empty" / "train")
+  assert "no class subfolders under train/" in check("folder", str(tmp_path / "empty"))
+  assert "holds no train-*-of-* TFRecord files" in check("imagenet", str(tmp_path / "empty"))
+  assert "python -m input.convert" in check("imagenet", str(tmp_path / "empty"))
+  assert "not prepared in --data_dir" in check("tfds:sample_images", str(tmp_path / "empty")) \
+      or "cannot be loaded" in check("tfds:sample_images", str(tmp_path / "empty"))
+  assert "exceeds the 100 training examples" in check("folder", folder, batch_size=128)
+  with pytest.raises(ConfigError, match="--data_dir"):
+    data_config("imagenet", "")
+  with pytest.raises(ConfigError, match="unknown"):
+    data_config("tfds", "/x")
+
+
+def test_labels_out_of_range_are_refused_before_training(tmp_path):
+  jpeg = open(samples.sample_files()[0], "rb").read()
+  records.write_shards([(jpeg, 4), (jpeg, 5)], str(tmp_path), "train", 1)
+  with open(tmp_path / sources.INFO_FILE, "w") as fh:
+    json.dump({"num_classes": 3}, fh)
+  problem = check("imagenet", str(tmp_path))
+  assert "outside 1..3" in problem and "train-00000-of-00001" in problem
+
+
+def test_a_truncated_tfrecord_is_named_or_skipped(tmp_path, tfrecords):
+  for name in os.listdir(tfrecords):
+    shutil.copy(os.path.join(tfrecords, name), tmp_path / name)
+  damaged = tmp_path / "train-00002-of-00007"
+  damaged.write_bytes(damaged.read_bytes()[:-1000])
+  problem = check("imagenet", str(tmp_path))
+  assert "train-00002-of-00007 is truncated after 13 complete records" in problem and "--skip_corrupt" in problem
+  assert check("imagenet", str(tmp_path), skip_corrupt=True) is None
+  source = sources.scan(data_config("imagenet", str(tmp_path), skip_corrupt=True))
+  assert source.damaged == (str(damaged),) and source.info.num_train == NUM - 1
+
+
+@pytest.fixture
+def folder_with_a_damaged_jpeg(tmp_path):
+  root = samples.imagenet_folder(str(tmp_path))
+  wnid = sorted(os.listdir(os.path.join(root, "train")))[3]
+  path = os.path.join(root, "train", wnid, os.listdir(os.path.join(root, "train", wnid))[0])
+  data = open(path, "rb").read()
+  os.remove(path)  # a symlink to the shared sample: replace it, never write through it
+  with open(path, "wb") as fh:
+    fh.write(data[: len(data) // 2])  # a truncated download
+  return root, path
+
+
+def test_a_damaged_jpeg_stops_the_run_naming_the_file(folder_with_a_damaged_jpeg):
+  root, path = folder_with_a_damaged_jpeg
+  data = pipeline.build(data_config("folder", root, batch_size=50), World(), seed=0)
+  with pytest.raises(tf.errors.InvalidArgumentError, match="--skip_corrupt") as error:
+    for _ in data.train_epoch(0):
+      pass
+  assert path in str(error.value)
+
+
+def test_with_skip_corrupt_a_damaged_jpeg_is_skipped_and_counted(folder_with_a_damaged_jpeg, capfd):
+  root, path = folder_with_a_damaged_jpeg
+  data = pipeline.build(data_config("folder", root, batch_size=50, skip_corrupt=True), World(), seed=0)
+  seen = labels_of(data.train_epoch(0))
+  assert len(seen) == 100 and 3 not in seen  # two full steps: refilled from the rank's share
+  assert f"input: skipped {path}" in capfd.readouterr().err
