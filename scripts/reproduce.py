@@ -16,6 +16,7 @@ epoch) and results/reproduce.json (every run).
   python scripts/reproduce.py            # the experiment (10 runs, ~10 min on 2 idle cores)
   python scripts/reproduce.py --search   # the coarse-to-fine base-LR search behind
                                          # LARGE_SGD_LR and LARS_LR (10 runs)
+  python scripts/reproduce.py --reuse    # continue an interrupted experiment
 
 The search tunes the large-batch runs as Jia et al. did: a coarse grid of base
 LRs a factor 4 apart, then a fine grid a factor 2 either side of the best,
@@ -42,6 +43,7 @@ EPOCHS = 12
 SMALL_BATCH, LARGE_BATCH = 16, 256  # 16x
 SEEDS = (0, 1)
 SEARCH_SEED = 100
+REUSE = False  # --reuse
 WARMUP_EPOCHS = 3
 # Base LR per 256 images. The baseline's is the train.py default; the large-batch
 # values come from `--search` (coarse-to-fine, see results/reproduce.md).
@@ -86,8 +88,19 @@ def large(kind, base_lr, precision="fp32"):
 
 
 def train(s: Setting, seed: int, tag: str) -> dict:
-  """One train.py run from scratch; its summary plus the held-out top-1 after each epoch."""
+  """One train.py run from scratch; its summary plus the held-out top-1 after each epoch.
+
+  With REUSE, a finished run of the same setting, seed and length (its run.json) is
+  read back instead, so an interrupted experiment continues where it stopped.
+  """
   model_dir = os.path.join(RUNS, f"{tag}-seed{seed}")
+  record = os.path.join(model_dir, "run.json")
+  if REUSE and os.path.exists(record):
+    with open(record) as fh:
+      run = json.load(fh)
+    if run["setting"] == dataclasses.asdict(s) and run["seed"] == seed and run["epochs"] == EPOCHS:
+      print(f"  {s.name:34s} base_lr {s.base_lr:<6g} seed {seed}: top1 {run['final_top1']:.4f}  (reused)")
+      return run
   shutil.rmtree(model_dir, ignore_errors=True)  # never resume an older run
   cmd = ["horovodrun", "-np", str(s.ranks), "-H", f"localhost:{s.ranks}", sys.executable, "train.py",
          f"--model_dir={model_dir}", f"--global_batch_size={s.global_batch}", f"--epochs={EPOCHS}",
@@ -101,12 +114,16 @@ def train(s: Setting, seed: int, tag: str) -> dict:
   if proc.returncode:
     raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
   curve = [float(x) for x in re.findall(r"eval top1 ([0-9.]+)", proc.stderr)]
-  summary = json.loads(re.findall(r"^(?:\[\d+,\d+\]<stdout>:)?(\{.*\})$", proc.stdout, re.M)[-1])
-  run = {"setting": dataclasses.asdict(s), "seed": seed, "curve": curve,
+  # summary.json, not the stdout line: horovodrun's tagged output can split a long line.
+  with open(os.path.join(model_dir, "summary.json")) as fh:
+    summary = json.load(fh)
+  run = {"setting": dataclasses.asdict(s), "seed": seed, "epochs": EPOCHS, "curve": curve,
          "final_top1": summary["final_top1"], "wall_seconds": round(time.time() - start, 1),
          "images_per_sec": summary["images_per_sec"]}
   print(f"  {s.name:34s} base_lr {s.base_lr:<6g} seed {seed}: top1 {run['final_top1']:.4f}  "
         f"{run['wall_seconds']:.0f} s", flush=True)
+  with open(record, "w") as fh:
+    json.dump(run, fh)
   return run
 
 
@@ -199,12 +216,21 @@ def plot(runs: list[dict], path: str) -> None:
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--search", action="store_true", help="run the base-LR search instead")
+  parser.add_argument("--reuse", action="store_true",
+                      help="read back finished runs of the same setting from runs/reproduce")
+  parser.add_argument("--only", choices=("baseline",), help="run only the baseline (to start it early)")
   args = parser.parse_args()
+  global REUSE
+  REUSE = args.reuse
   os.makedirs(RESULTS, exist_ok=True)
   start = time.time()
   if args.search:
     search()
     print(f"search done in {time.time() - start:.0f} s")
+    return
+  if args.only:
+    for seed in SEEDS:
+      train(baseline(), seed, "baseline")
     return
   runs = experiment()
   wall = time.time() - start
