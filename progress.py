@@ -8,11 +8,23 @@ import time
 import tensorflow as tf
 
 
+def emit(line: str, stream=None) -> None:
+  """Write one whole line in a single write, then flush.
+
+  mpirun --tag-output (what horovodrun uses) prefixes every write it sees;
+  print() writes the text and the newline separately, which leaves a stray
+  "[1,0]<stderr>:" tag at the end of each line.
+  """
+  stream = stream or sys.stderr
+  stream.write(line + "\n")
+  stream.flush()
+
+
 def logger(enabled: bool):
   """log(fmt, *args): a timestamped line on stderr, or nothing where not enabled (rank != 0)."""
   def log(fmt, *args):
     if enabled:
-      print(time.strftime("%H:%M:%S ") + (fmt % args if args else fmt), file=sys.stderr, flush=True)
+      emit(time.strftime("%H:%M:%S ") + (fmt % args if args else fmt))
   return log
 
 
@@ -75,9 +87,9 @@ class Progress:
       return
     eta = (self.last_step - step) * self.global_batch / rate if rate else 0.0
     epoch = step / self.steps_per_epoch
-    print(f"epoch {epoch:6.2f}  step {step:>6d}/{self.last_step}  loss {loss:.4f}  "
-          f"top1 {top1:.3f}  lr {lr:.5f}  {rate:8.1f} img/s  "
-          f"eta {datetime.timedelta(seconds=int(eta))}", file=sys.stderr, flush=True)
+    emit(f"epoch {epoch:6.2f}  step {step:>6d}/{self.last_step}  loss {loss:.4f}  "
+         f"top1 {top1:.3f}  lr {lr:.5f}  {rate:8.1f} img/s  "
+         f"eta {datetime.timedelta(seconds=int(eta))}")
     with self.writer.as_default(step=step):
       tf.summary.scalar("train/loss", loss)
       tf.summary.scalar("train/top1", top1)
@@ -88,8 +100,7 @@ class Progress:
   def epoch_end(self, step, top1, loss):
     if not self.is_chief or top1 is None:
       return
-    print(f"epoch {step / self.steps_per_epoch:6.2f}  eval top1 {top1:.4f}  loss {loss:.4f}",
-          file=sys.stderr, flush=True)
+    emit(f"epoch {step / self.steps_per_epoch:6.2f}  eval top1 {top1:.4f}  loss {loss:.4f}")
     with self.writer.as_default(step=step):
       tf.summary.scalar("eval/top1", top1)
       tf.summary.scalar("eval/loss", loss)

@@ -13,6 +13,18 @@ def broadcast_state(variables, hvd, root_rank: int = 0) -> None:
   hvd.broadcast_variables(plain, root_rank=root_rank)
 
 
+def barrier(hvd, name: str) -> None:
+  """Return once every rank has called it.
+
+  A one-element allreduce rather than hvd.join(): join is Horovod's tool for
+  uneven data and leaves per-rank join state in the coordinator, whose
+  interplay with the response cache has had hang bugs (horovod PR #1571).
+  With join here, two of our test runs hung early in training with no stall
+  warning (no tensor pending: the coordinator itself was stuck).
+  """
+  hvd.allreduce(tf.zeros([], tf.int32), op=hvd.Sum, name=f"barrier_{name}")
+
+
 def first_error(message: str | None, hvd) -> str | None:
   """Every rank's message gathered; the first non-empty one, identical on all ranks.
 

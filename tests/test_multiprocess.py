@@ -16,7 +16,8 @@ pytestmark = pytest.mark.multiprocess
 
 def summary_of(proc):
   """The final JSON line train.py prints on rank 0."""
-  found = re.findall(r"^(?:\[\d+,\d+\]<stdout>:)?(\{.*\})$", proc.stdout, re.M)
+  untagged = re.sub(r"\[\d+,\d+\]<stdout>:", "", proc.stdout)  # mpirun --tag-output
+  found = re.findall(r"^(\{.*\})$", untagged, re.M)
   assert found, f"no summary line\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
   return json.loads(found[-1])
 
