@@ -83,7 +83,9 @@ def main(argv):
   # ---------------------------------------------------------------- input --
   pipeline.prepare(config.data, world)
   hvd.join()  # Horovod: wait for the node's writer before anyone reads.
-  data = pipeline.build(config.data, world, config.run.seed)
+  # Images leave the pipeline in the model's compute dtype (half the bytes in bf16/fp16).
+  compute_dtype = keras.mixed_precision.Policy(precision.POLICIES[config.optim.precision]).compute_dtype
+  data = pipeline.build(config.data, world, config.run.seed, dtype=compute_dtype)
   steps_per_epoch = data.steps_per_epoch
   total_steps = int(round(config.run.epochs * steps_per_epoch))
   last_step = min(total_steps, config.run.max_steps) if config.run.max_steps else total_steps
@@ -93,7 +95,7 @@ def main(argv):
   # Mixed precision (Jia et al.): layers compute in bf16/fp16, variables stay
   # fp32 master weights; the logits layer and BatchNorm statistics stay fp32.
   keras.mixed_precision.set_global_policy(precision.POLICIES[config.optim.precision])
-  info = config.data.dataset
+  info = data.info  # classes and image shape as found in --data_dir
   model = build_model(config.model.name, info.num_classes, info.image_shape,
                       zero_init_residual=config.model.zero_init_residual)
   log("model %s: %s trainable parameters, precision %s", config.model.name,
@@ -181,7 +183,7 @@ def main(argv):
       steps_per_epoch, last_step / steps_per_epoch)
   while step < last_step:
     epoch, offset = divmod(step, steps_per_epoch)
-    batches = data.train_epoch(epoch).skip(offset).take(last_step - step)
+    batches = data.train_epoch(epoch, first_step=offset, count=last_step - step)
     for images, labels in batches:
       lr = schedule(step)
       batch_loss, correct = train_step(images, labels, tf.constant(lr, tf.float32))

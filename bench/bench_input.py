@@ -1,0 +1,179 @@
+"""make bench-input: images/sec of the training input pipeline on real ImageNet
+JPEGs, against the decoder's limit measured in the same run.
+
+  python -m bench.bench_input [--copies 10] [--batch_size 32] [--repeats 3]
+
+Data: the 100 sample photographs (../shared/data/imagenet-sample), each linked
+--copies times into an ImageNet-layout folder and converted with input.convert
+into 16 TFRecord shards, then read epoch after epoch.
+Limit: one thread decoding the same records with the fused decode-and-crop
+(an Inception crop window) and resizing to 224x224, times the cores the
+pipeline may use. Pipeline: input.pipeline's full training path (interleave,
+shuffle, parse, checks, decode-and-crop, resize, flip, normalise, batch,
+prefetch) on one rank with every core, and two ranks side by side (each a
+process with half the cores, as horovodrun -np 2 lays them out).
+Writes results/bench_input.json and results/bench_input.png.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+
+from bench import samples  # noqa: E402
+from comm.topology import World  # noqa: E402
+from flags import data as data_flags  # noqa: E402
+from input import convert, pipeline, preprocessing, records  # noqa: E402
+
+IMAGE_SIZE = 224
+
+
+def build_records(root: str, copies: int) -> str:
+  """An ImageNet-layout folder of `copies` links per sample, converted to TFRecords."""
+  folder = os.path.join(root, "folder")
+  for i, path in enumerate(samples.sample_files()):
+    wnid = os.path.basename(path).split("_", 1)[0]
+    os.makedirs(os.path.join(folder, "train", wnid), exist_ok=True)
+    for c in range(copies):
+      os.symlink(path, os.path.join(folder, "train", wnid, f"{c}_{os.path.basename(path)}"))
+  dst = os.path.join(root, "records")
+  convert.convert(folder, dst, train_shards=16, validation_shards=1, workers=1,
+                  progress=open(os.devnull, "w"))
+  return dst
+
+
+def single_thread_rate(encoded: list[bytes], fused: bool, seconds: float = 4.0) -> float:
+  """Images/sec of one thread: decode-and-crop + resize 224 (fused) or a full decode."""
+  options = tf.data.Options()
+  options.threading.private_threadpool_size = 1
+  options.threading.max_intra_op_parallelism = 1
+  options.autotune.enabled = False
+
+  def work(i, data):
+    if fused:
+      window = preprocessing.crop_window(tf.image.extract_jpeg_shape(data), tf.zeros([0, 4]),
+                                         tf.stack([tf.constant(11, tf.int64), i]))
+      image = tf.image.decode_and_crop_jpeg(data, window, channels=3)
+      return tf.reduce_sum(tf.image.resize(image, [IMAGE_SIZE, IMAGE_SIZE])[0, 0])
+    return tf.reduce_sum(tf.cast(tf.io.decode_jpeg(data, channels=3)[0, 0], tf.float32))
+  ds = tf.data.Dataset.from_tensor_slices(encoded).repeat().enumerate().map(work).with_options(options)
+  return _rate(iter(ds), 1, seconds)
+
+
+def _rate(iterator, images_per_item: int, seconds: float) -> float:
+  next(iterator)  # warm-up: tracing, thread pools, the first buffers
+  count, start = 0, time.perf_counter()
+  while time.perf_counter() - start < seconds:
+    next(iterator)
+    count += images_per_item
+  return count / (time.perf_counter() - start)
+
+
+def pipeline_rate(data_dir: str, batch_size: int, ranks: int, rank: int, seconds: float) -> float:
+  """Images/sec of input.pipeline's training batches for one rank of `ranks` on this node."""
+  world = World(size=ranks, rank=rank, local_size=ranks, local_rank=rank)
+  f = argparse.Namespace(dataset="imagenet", data_dir=data_dir, batch_size=batch_size, global_batch_size=0,
+                         eval_batch_size=0, shuffle_buffer=10_000, image_size=IMAGE_SIZE, skip_corrupt=False)
+  data = pipeline.build(data_flags.build(f, world), world, seed=0)
+
+  def batches():
+    epoch = 0
+    while True:
+      yield from data.train_epoch(epoch)  # read again, epoch after epoch
+      epoch += 1
+  return _rate(batches(), batch_size, seconds)
+
+
+def two_ranks(data_dir: str, batch_size: int, seconds: float) -> list[float]:
+  """Per-rank images/sec of two ranks' pipelines running at the same time (separate processes)."""
+  procs = [subprocess.Popen([sys.executable, "-m", "bench.bench_input", "--worker", str(r), "--data_dir", data_dir,
+                             "--batch_size", str(batch_size), "--seconds", str(seconds)],
+                            cwd=REPO, stdout=subprocess.PIPE, text=True) for r in range(2)]
+  return [float(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+
+
+def plot(result: dict, path: str) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  names = ["decoder limit\n(1 thread x %d cores)" % result["cores"], "pipeline\n1 rank", "pipeline\n2 ranks"]
+  values = [result["limit_images_per_sec"], result["pipeline_1_rank_images_per_sec"],
+            result["pipeline_2_ranks_images_per_sec"]]
+  fig, ax = plt.subplots(figsize=(6, 4))
+  bars = ax.bar(names, values, color=["#999999", "#1f77b4", "#2ca02c"])
+  for bar, v in zip(bars, values):
+    ax.text(bar.get_x() + bar.get_width() / 2, v, f"{v:.0f}", ha="center", va="bottom")
+  ax.set_ylabel("images/sec (224x224, normalised)")
+  ax.set_title(f"Input pipeline on {result['cores']} cores: {result['ratio_to_limit']:.0%} of the decoder limit "
+               f"(median of {result['repeats']})", fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--copies", type=int, default=10, help="links per sample photograph")
+  parser.add_argument("--batch_size", type=int, default=32, help="images per batch per rank")
+  parser.add_argument("--repeats", type=int, default=3, help="alternating limit/pipeline measurements")
+  parser.add_argument("--seconds", type=float, default=6.0, help="length of each measurement")
+  parser.add_argument("--out", default=os.path.join(REPO, "results", "bench_input.json"))
+  parser.add_argument("--worker", type=int, default=-1, help=argparse.SUPPRESS)
+  parser.add_argument("--data_dir", default="", help=argparse.SUPPRESS)
+  args = parser.parse_args()
+  if args.worker >= 0:  # one of the two ranks of two_ranks()
+    print(pipeline_rate(args.data_dir, args.batch_size, 2, args.worker, args.seconds), flush=True)
+    return
+
+  cores = World().threads_per_rank()
+  with tempfile.TemporaryDirectory() as tmp:
+    data_dir = build_records(tmp, args.copies)
+    encoded = [records.parse_example(r)[0].numpy()
+               for r in tf.data.TFRecordDataset(records.shard_paths(data_dir, "train")).take(100)]
+    runs = {"full": [], "fused": [], "one": [], "two": []}
+    for i in range(args.repeats):  # alternate, so load from other work hits both alike
+      runs["full"].append(single_thread_rate(encoded, fused=False, seconds=args.seconds / 2))
+      runs["fused"].append(single_thread_rate(encoded, fused=True, seconds=args.seconds))
+      runs["one"].append(pipeline_rate(data_dir, args.batch_size, 1, 0, args.seconds))
+      runs["two"].append(sum(two_ranks(data_dir, args.batch_size, args.seconds)))
+      print(f"repeat {i + 1}/{args.repeats}: full decode {runs['full'][-1]:.0f}/thread, decode-and-crop+resize "
+            f"{runs['fused'][-1]:.0f}/thread, pipeline 1 rank {runs['one'][-1]:.0f}, 2 ranks {runs['two'][-1]:.0f} img/s",
+            file=sys.stderr, flush=True)
+  med = {k: float(np.median(v)) for k, v in runs.items()}
+  limit = med["fused"] * cores
+  result = {
+      "setup": (f"{len(encoded)} real ImageNet JPEGs x {args.copies} copies in 16 TFRecord shards, read "
+                f"repeatedly; batch {args.batch_size} per rank of {IMAGE_SIZE}x{IMAGE_SIZE}x3 float32 normalised; "
+                f"{cores} cores; tensorflow {tf.__version__}; medians of {args.repeats} alternating runs of "
+                f"{args.seconds:.0f} s"),
+      "cores": cores, "repeats": args.repeats, "load_average_1min": round(os.getloadavg()[0], 2),
+      "full_decode_images_per_sec_per_thread": round(med["full"], 1),
+      "decode_crop_resize_images_per_sec_per_thread": round(med["fused"], 1),
+      "limit_images_per_sec": round(limit, 1),
+      "pipeline_1_rank_images_per_sec": round(med["one"], 1),
+      "pipeline_1_rank_images_per_sec_per_core": round(med["one"] / cores, 1),
+      "pipeline_2_ranks_images_per_sec": round(med["two"], 1),
+      "pipeline_2_ranks_images_per_sec_per_core": round(med["two"] / cores, 1),
+      "ratio_to_limit": round(med["one"] / limit, 3),
+      "ratio_to_limit_2_ranks": round(med["two"] / limit, 3),
+      "target_ratio": 0.9,
+      "runs": {k: [round(x, 1) for x in v] for k, v in runs.items()},
+  }
+  os.makedirs(os.path.dirname(args.out), exist_ok=True)
+  with open(args.out, "w") as fh:
+    json.dump(result, fh, indent=2)
+  plot(result, os.path.splitext(args.out)[0] + ".png")
+  print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,51 @@
+"""train.py fed from every ImageNet format: TFRecords and a tfds set (one process),
+an image folder (two real ranks under horovodrun). Tiny images, a few steps."""
+import json
+import os
+import re
+
+import pytest
+
+from bench import samples
+from conftest import horovodrun, python
+from input import convert
+
+
+def summary_of(proc):
+  found = re.findall(r"^(?:\[\d+,\d+\]<stdout>:)?(\{.*\})$", proc.stdout, re.M)
+  assert found, f"no summary line\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+  return json.loads(found[-1])
+
+
+def train_args(model_dir, dataset, data_dir):
+  return ("train.py", f"--model_dir={model_dir}", f"--dataset={dataset}", f"--data_dir={data_dir}",
+          "--image_size=32", "--batch_size=8", "--max_steps=2", "--log_every=1")
+
+
+def test_trains_from_imagenet_tfrecords(tmp_path):
+  folder = samples.imagenet_folder(str(tmp_path / "folder"))
+  convert.convert(folder, str(tmp_path / "records"), train_shards=4, validation_shards=2, workers=1,
+                  progress=open(os.devnull, "w"))
+  proc = python(*train_args(tmp_path / "run", "imagenet", tmp_path / "records"), timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  summary = summary_of(proc)
+  assert (summary["dataset"], summary["steps"]) == ("imagenet", 2)
+  assert summary["final_top1"] is not None  # evaluated on the 20 validation records
+
+
+def test_trains_from_a_prepared_tfds_set(tmp_path):
+  from test_input_sources import prepare_tfds_samples
+  prepare_tfds_samples(tmp_path / "tfds")
+  proc = python(*train_args(tmp_path / "run", "tfds:sample_images", tmp_path / "tfds"), timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert summary_of(proc)["steps"] == 2
+
+
+@pytest.mark.multiprocess
+def test_two_ranks_train_from_an_image_folder(tmp_path):
+  folder = samples.imagenet_folder(str(tmp_path / "folder"))
+  proc = horovodrun(2, "python", *train_args(tmp_path / "run", "folder", folder), check=True, timeout=300)
+  summary = summary_of(proc)
+  assert (summary["ranks"], summary["global_batch"], summary["steps"]) == (2, 16, 2)
+  assert summary["replicas_identical"] is True and summary["final_top1"] is not None
+
