@@ -54,3 +54,11 @@ cluster-run:  ## CMD on host imc-h1 with the others reachable, e.g. CMD="horovod
 
 reproduce:  ## Goyal-style large-batch experiment on digits (batch 16 vs 256, SGD/warmup/LARS/bf16, 2 seeds); writes results/reproduce.{md,png,json}
 	$(PY) scripts/reproduce.py
+
+.PHONY: bench-input
+bench-input:  ## input pipeline on real ImageNet JPEGs vs the decoder limit; writes results/bench_input.{json,png}
+	$(PY) -m bench.bench_input $(ARGS)
+
+.PHONY: bench-comm
+bench-comm:  ## allreduce algorithms (horovod, flat, hier, hybrid, mpi4py floor), 2 and 4 ranks, MPI and Gloo; writes results/bench_comm.{json,png}
+	$(PY) bench/bench_comm.py $(ARGS)

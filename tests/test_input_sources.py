@@ -103,14 +103,17 @@ def test_output_dtype_follows_the_requested_precision(folder):
 
 # --------------------------------------------------------------------- tfds --
 
-def test_a_prepared_tfds_set_is_read_without_downloading(tmp_path):
+def prepare_tfds_samples(data_dir):
+  """Prepare the sample JPEGs as a tfds set `sample_images` in data_dir (no download)."""
   import tensorflow_datasets as tfds
 
   files = samples.sample_files()
+  os.makedirs(data_dir, exist_ok=True)
 
-  class SampleImages(tfds.core.GeneratorBasedBuilder):
+  # Unregistered, so tfds.builder finds it the way train.py does: from the files alone.
+  class SampleImages(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     VERSION = tfds.core.Version("1.0.0")
-    pkg_dir_path = tmp_path  # tfds looks for metadata beside a builder's package; a test has none
+    pkg_dir_path = data_dir  # tfds looks for metadata beside a builder's package; a test has none
 
     def _info(self):
       return self.dataset_info_from_configs(
@@ -125,7 +128,11 @@ def test_a_prepared_tfds_set_is_read_without_downloading(tmp_path):
       for path in paths:
         yield os.path.basename(path), {"image": path, "label": files.index(path)}
 
-  SampleImages(data_dir=str(tmp_path)).download_and_prepare(download_dir=str(tmp_path / "none"))
+  SampleImages(data_dir=str(data_dir)).download_and_prepare(download_dir=str(data_dir / "none"))
+
+
+def test_a_prepared_tfds_set_is_read_without_downloading(tmp_path):
+  prepare_tfds_samples(tmp_path)
   config = data_config("tfds:sample_images", str(tmp_path), batch_size=16, world=World(2, 0))
   assert data_flags.check(config, World(2, 0)) is None
   seen = []
@@ -149,8 +156,8 @@ def test_bad_directories_get_one_sentence_naming_the_flag_and_the_fix(tmp_path, 
   assert "no class subfolders under train/" in check("folder", str(tmp_path / "empty"))
   assert "holds no train-*-of-* TFRecord files" in check("imagenet", str(tmp_path / "empty"))
   assert "python -m input.convert" in check("imagenet", str(tmp_path / "empty"))
-  assert "not prepared in --data_dir" in check("tfds:sample_images", str(tmp_path / "empty")) \
-      or "cannot be loaded" in check("tfds:sample_images", str(tmp_path / "empty"))
+  assert "cannot be loaded" in check("tfds:sample_images", str(tmp_path / "empty"))  # unknown name
+  assert "tfds:mnist is not prepared in --data_dir" in check("tfds:mnist", str(tmp_path / "empty"))
   assert "exceeds the 100 training examples" in check("folder", folder, batch_size=128)
   with pytest.raises(ConfigError, match="--data_dir"):
     data_config("imagenet", "")
