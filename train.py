@@ -37,7 +37,8 @@ from absl import app, logging  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
 import flags  # noqa: E402
-from comm import sync, topology  # noqa: E402
+import comm  # noqa: E402
+from comm import sync  # noqa: E402
 from comm.exchange import make_gradient_exchange  # noqa: E402
 from input import pipeline  # noqa: E402
 from models import build_model  # noqa: E402
@@ -59,10 +60,10 @@ def main(argv):
     fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value (see --helpfull).")
 
   # ---------------------------------------------------------------- setup --
-  # Horovod: initialise once; everything below knows its rank from `world`.
-  hvd.init()
-  world = topology.from_horovod(hvd)
+  # Horovod: initialise once (comm.init); everything below knows its rank and
+  # node from `world`, validated against --ranks_per_node on every rank.
   try:
+    world = comm.init(hvd, FLAGS.ranks_per_node)
     config = flags.build_config(FLAGS, world)  # pure: the same verdict on every rank
   except flags.ConfigError as e:
     fail(str(e))
@@ -135,7 +136,7 @@ def main(argv):
   start_step = int(step_var)
 
   # ---------------------------------------------------- communication + step --
-  exchange = make_gradient_exchange(config.comm, hvd)
+  exchange = make_gradient_exchange(config.comm, hvd, world, log)  # hybrid probes the links here
   learning_rate = optimizer.learning_rate
 
   @tf.function
@@ -213,6 +214,7 @@ def main(argv):
       "per_rank_batch": config.data.batch_size, "steps": step,
       "epochs": round(step / steps_per_epoch, 3), "wall_seconds": round(time.time() - START, 1),
       "model": config.model.name, "dataset": info.name, "allreduce": config.comm.allreduce,
+      "allreduce_plan": exchange.plan,
       "optimizer": config.optim.optimizer, "precision": config.optim.precision,
       "replicas_identical": identical,
   }

@@ -1,27 +1,115 @@
 """The one seam where gradients cross ranks.
 
-train.py calls the function that make_gradient_exchange returns between
-tape.gradient and the optimizer, and nowhere else are gradients communicated.
+train.py calls the GradientExchange that make_gradient_exchange returns
+between tape.gradient and the optimizer, and nowhere else are gradients
+communicated. Algorithms (--allreduce):
+
+  horovod  one Horovod allreduce per gradient, left to Horovod's own tensor
+           fusion (HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME): the stock baseline
+  flat     our fused buckets (comm/fusion.py), one Horovod allreduce each
+  hier     our fused buckets, each reduce-scatter / allreduce / allgather on
+           process sets (comm/hierarchical.py)
+  hybrid   per bucket, the cheaper of flat and hier by the alpha-beta model
+           (comm/cost_model.py), measured at start-up (comm/probe.py) or given
+
+Overlap: buckets follow backprop order and each depends only on its own
+gradients, so inside the tf.function a bucket's collective can start while
+backprop still runs (TensorFlow runs an op once its inputs exist; Horovod's
+ops are asynchronous kernels).
 """
 import tensorflow as tf
 
+from comm import cost_model, fusion, hierarchical, probe
+from comm.topology import World
 from flags.comm import CommConfig
 
 
-def make_gradient_exchange(config: CommConfig, hvd):
-  """A function list[tf.Tensor] -> list[tf.Tensor] that averages gradients over all ranks.
+def wire_dtype(dtype: tf.DType, compression: str) -> tf.DType:
+  """The dtype a gradient of `dtype` travels in.
 
-  'horovod' is the stock baseline: one Horovod allreduce per gradient, left to
-  Horovod's own tensor fusion (HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME).
+  Horovod 0.28's TensorFlow ops accept no bfloat16, so bfloat16 travels as
+  float32 (exact); fp16 compression halves float32 (and float64) on the wire,
+  as Horovod's Compression.fp16, but leaves bfloat16 alone: its range exceeds
+  float16's.
   """
-  if config.allreduce != "horovod":
-    raise ValueError(f"unknown allreduce algorithm {config.allreduce!r}")
+  if dtype == tf.bfloat16:
+    return tf.float32
+  if compression == "fp16" and dtype in (tf.float32, tf.float64):
+    return tf.float16
+  return dtype
 
-  def exchange(grads):
+
+class GradientExchange:
+  """exchange(grads: list[tf.Tensor]) -> list[tf.Tensor]: each gradient's mean over all ranks.
+
+  Call once per step inside the tf.function. Shapes must be static; the
+  bucket plan is made when the function is traced, from the shapes and the
+  (rank-identical) cost model, so every rank makes the same plan. `plan`
+  describes it: one dict per bucket.
+  """
+
+  def __init__(self, config: CommConfig, hvd, world: World, groups=None, model=None, log=None):
+    self.config, self.hvd, self.world = config, hvd, world
+    self.groups, self.model, self.log = groups, model, log
+    self.plan: list[dict] = []
+
+  def __call__(self, grads):
+    grads = [tf.convert_to_tensor(g) for g in grads]
+    if self.config.allreduce == "horovod":
+      return [self._horovod(g, i) for i, g in enumerate(grads)]
+    out = list(grads)
+    threshold = int(self.config.fusion_threshold_mb * fusion.MB)
+    buckets = fusion.plan([(g.shape.num_elements(), g.dtype.name) for g in grads], threshold)
+    plan = []
+    for b, members in enumerate(buckets):
+      dtype = grads[members[0]].dtype
+      wire = wire_dtype(dtype, self.config.compression)
+      buffer = tf.cast(fusion.pack([grads[i] for i in members]), wire)
+      nbytes = buffer.shape[0] * wire.size
+      algorithm, predicted = self._choose(nbytes)
+      if algorithm == "hier":
+        reduced = hierarchical.allreduce_mean(buffer, self.world, self.groups, self.hvd, f"bucket_{b}")
+      else:
+        reduced = self.hvd.allreduce(buffer, op=self.hvd.Average, name=f"bucket_{b}")
+      for i, g in zip(members, fusion.unpack(tf.cast(reduced, dtype), [grads[i].shape for i in members])):
+        out[i] = g
+      plan.append({"bucket": b, "tensors": len(members), "bytes": int(nbytes), "dtype": wire.name,
+                   "algorithm": algorithm, "predicted_ms": None if predicted is None else round(predicted * 1e3, 3)})
+    if plan != self.plan:
+      self.plan = plan
+      if self.log:
+        self.log("allreduce %s: %d buckets (threshold %g MB, compression %s): %s", self.config.allreduce,
+                 len(plan), self.config.fusion_threshold_mb, self.config.compression, describe(plan))
+    return out
+
+  def _horovod(self, g, i):
+    wire = wire_dtype(g.dtype, self.config.compression)
     # Horovod: average, so the update equals the single-worker update on the
     # global batch (Goyal et al. eq. 3); stable names let Horovod's
     # coordinator match the same tensor across ranks.
-    return [hvd.allreduce(tf.convert_to_tensor(g), op=hvd.Average, name=f"grad_{i}")
-            for i, g in enumerate(grads)]
+    reduced = self.hvd.allreduce(tf.cast(g, wire), op=self.hvd.Average, name=f"grad_{i}")
+    return tf.cast(reduced, g.dtype)
 
-  return exchange
+  def _choose(self, nbytes: int) -> tuple[str, float | None]:
+    if self.config.allreduce == "hybrid":
+      return cost_model.choose(self.model, self.world, nbytes)
+    return self.config.allreduce, None
+
+
+def describe(plan: list[dict]) -> str:
+  """One line: per bucket 'algorithm:MB', e.g. 'hier:32.0 flat:0.4'."""
+  return " ".join(f"{p['algorithm']}:{p['bytes'] / fusion.MB:.1f}" for p in plan)
+
+
+def make_gradient_exchange(config: CommConfig, hvd, world: World, log=None) -> GradientExchange:
+  """The exchange of this job. hier and hybrid add their process sets (a collective, on every
+  rank); hybrid without --hybrid_cost probes each level first (a second or so)."""
+  groups = model = None
+  if config.allreduce in ("hier", "hybrid"):
+    groups = hierarchical.register(hvd, world)
+  if config.allreduce == "hybrid":
+    model = cost_model.parse(config.hybrid_cost) if config.hybrid_cost != "probe" else probe.measure(hvd, world, groups)
+    if log:
+      log("hybrid cost model: in node %.0f us + %.2f GB/s, across nodes %.0f us + %.2f GB/s",
+          model.intra.alpha * 1e6, model.intra.gbps, model.inter.alpha * 1e6, model.inter.gbps)
+  return GradientExchange(config, hvd, world, groups, model, log)

@@ -3,20 +3,62 @@ import dataclasses
 
 from absl import flags as absl_flags
 
-ALGORITHMS = ("horovod",)
+from flags.errors import ConfigError
+
+ALGORITHMS = ("horovod", "flat", "hier", "hybrid")
+COMPRESSIONS = ("none", "fp16")
 
 
 @dataclasses.dataclass(frozen=True)
 class CommConfig:
-  allreduce: str
+  allreduce: str = "horovod"
+  fusion_threshold_mb: float = 32.0  # bucket size of flat/hier/hybrid, MB (2^20 bytes)
+  compression: str = "none"          # dtype on the wire: none | fp16
+  ranks_per_node: int = 0            # 0: the hosts' own layout
+  hybrid_cost: str = "probe"         # probe | ALPHA_INTRA_US,GBPS_INTRA,ALPHA_INTER_US,GBPS_INTER
 
 
 def define() -> None:
   absl_flags.DEFINE_enum(
       "allreduce", "horovod", ALGORITHMS,
-      "How gradients cross ranks: horovod (Horovod's allreduce of each gradient, "
-      "with its own tensor fusion: the stock baseline).")
+      "How gradients cross ranks: horovod (Horovod's allreduce of each gradient, with its own "
+      "tensor fusion: the stock baseline); flat (our fused buckets, one allreduce each); hier "
+      "(fused buckets, reduce-scatter in the node, allreduce across nodes, allgather in the "
+      "node); hybrid (per bucket the cheaper of flat and hier by an alpha-beta cost model).")
+  absl_flags.DEFINE_float(
+      "fusion_threshold_mb", 32.0,
+      "Bucket size of flat/hier/hybrid in MB: gradients are packed in backprop order up to it; "
+      "a gradient at or above it travels alone. 0 sends every gradient alone.")
+  absl_flags.DEFINE_enum(
+      "compression", "none", COMPRESSIONS,
+      "fp16: float32 gradients travel as float16 (half the bytes) and are cast back after the "
+      "collective; any algorithm.")
+  absl_flags.DEFINE_integer(
+      "ranks_per_node", 0,
+      "Ranks per node for hier/hybrid: 0 takes the hosts' layout from Horovod; N > 0 groups "
+      "consecutive ranks N by N, e.g. to emulate 2 nodes of 2 ranks on one host with -np 4.")
+  absl_flags.DEFINE_string(
+      "hybrid_cost", "probe",
+      "hybrid's cost model: 'probe' (time a few collectives per level at start-up) or "
+      "'ALPHA_INTRA_US,GBPS_INTRA,ALPHA_INTER_US,GBPS_INTER', latency in microseconds per "
+      "collective and bandwidth in GB/s, e.g. 300,5,300,1.")
 
 
 def build(f) -> CommConfig:
-  return CommConfig(allreduce=f.allreduce)
+  if f.fusion_threshold_mb < 0:
+    raise ConfigError(f"--fusion_threshold_mb={f.fusion_threshold_mb} must be 0 or more, e.g. "
+                      "--fusion_threshold_mb=32.")
+  if f.ranks_per_node < 0:
+    raise ConfigError(f"--ranks_per_node={f.ranks_per_node} must be 0 (the hosts' own layout) "
+                      "or a positive number of ranks per node, e.g. --ranks_per_node=2.")
+  if f.hybrid_cost != "probe":
+    from comm.cost_model import parse  # here: comm imports flags for its config
+    try:
+      parse(f.hybrid_cost)
+    except ValueError:
+      raise ConfigError(f"--hybrid_cost={f.hybrid_cost!r} is neither 'probe' nor four positive "
+                        "numbers ALPHA_INTRA_US,GBPS_INTRA,ALPHA_INTER_US,GBPS_INTER, e.g. "
+                        "--hybrid_cost=300,5,300,1.") from None
+  return CommConfig(allreduce=f.allreduce, fusion_threshold_mb=f.fusion_threshold_mb,
+                    compression=f.compression, ranks_per_node=f.ranks_per_node,
+                    hybrid_cost=f.hybrid_cost)

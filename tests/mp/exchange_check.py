@@ -9,6 +9,7 @@ import horovod.tensorflow as hvd  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import comm  # noqa: E402
 from comm import sync  # noqa: E402
 from comm.exchange import make_gradient_exchange  # noqa: E402
 from flags.comm import CommConfig  # noqa: E402
@@ -23,10 +24,11 @@ def rank_inputs(rank):
 
 
 def main():
-  hvd.init()
-  rank, size = hvd.rank(), hvd.size()
+  world = comm.init(hvd, int(os.environ.get("RANKS_PER_NODE", "0")))
+  rank, size = world.rank, world.size
 
-  exchange = tf.function(make_gradient_exchange(CommConfig(allreduce=os.environ.get("ALLREDUCE", "horovod")), hvd))
+  config = CommConfig(allreduce=os.environ.get("ALLREDUCE", "horovod"), fusion_threshold_mb=0.001)
+  exchange = tf.function(make_gradient_exchange(config, hvd, world))
   got = exchange([tf.constant(x) for x in rank_inputs(rank)])
   want = [np.mean([rank_inputs(r)[i] for r in range(size)], axis=0) for i in range(len(SHAPES))]
   for shape, g, w in zip(SHAPES, got, want):

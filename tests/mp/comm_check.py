@@ -1,0 +1,134 @@
+"""Run under horovodrun: every algorithm of the gradient exchange equals the numpy mean.
+
+Usage: comm_check.py RANKS_PER_NODE. One launch does all checks (starting
+ranks costs more than checking on 2 cores):
+  1. horovod, flat, hier, hybrid (probed, and a given cost model that mixes
+     flat and hier), with and without fp16 compression: fp32, bf16 and fp16
+     tensors of odd sizes, scalars and empty tensors equal the numpy mean;
+  2. the full ResNet-50 and AlexNet gradient lists, each algorithm;
+  3. every rank holds the same plan;
+  4. a few SGD steps with each algorithm leave the weights `horovod` leaves.
+Prints 'OK rank N'.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import horovod.tensorflow as hvd  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import comm  # noqa: E402
+from comm import gradient_sets  # noqa: E402
+from comm.exchange import make_gradient_exchange  # noqa: E402
+from flags.comm import CommConfig  # noqa: E402
+from models import build_model  # noqa: E402
+
+SMALL = [((), "float32"), ((1,), "float32"), ((7,), "float32"), ((3, 5), "float32"), ((0,), "float32"),
+         ((1001,), "float32"), ((3, 3, 3, 17), "float32"), ((), "float16"), ((13,), "float16"),
+         ((0, 3), "float16"), ((257,), "float16"), ((), "bfloat16"), ((11, 3), "bfloat16"),
+         ((0,), "bfloat16"), ((999,), "bfloat16"), ((64, 10), "float32")]
+# Thresholds small enough that the small list spans several buckets and the
+# gradient sets many; the given cost model makes big buckets hier, small ones flat.
+SETTINGS = [
+    CommConfig("horovod"), CommConfig("horovod", compression="fp16"),
+    CommConfig("flat", fusion_threshold_mb=0.002), CommConfig("flat", fusion_threshold_mb=0.002, compression="fp16"),
+    CommConfig("hier", fusion_threshold_mb=0.002), CommConfig("hier", fusion_threshold_mb=0.002, compression="fp16"),
+    CommConfig("hybrid", fusion_threshold_mb=0.002),
+    CommConfig("hybrid", fusion_threshold_mb=0.002, hybrid_cost="500,100,1000,0.001"),
+]
+BIG_SETTINGS = [CommConfig("horovod"), CommConfig("flat", fusion_threshold_mb=16),
+                CommConfig("hier", fusion_threshold_mb=16), CommConfig("hybrid", fusion_threshold_mb=16)]
+TOLERANCE = {"float32": 1e-6, "float16": 2e-3, "bfloat16": 8e-3}
+
+
+def rank_inputs(rank):
+  rng = np.random.default_rng(100 + rank)
+  return [rng.standard_normal(s).astype(np.float32) for s, _ in SMALL]
+
+
+def check_mean(name, got, want, dtype, compression="none"):
+  tol = TOLERANCE["float16" if compression == "fp16" and dtype == "float32" else dtype]
+  assert got.shape == want.shape, (name, got.shape, want.shape)
+  assert got.dtype.name == dtype, (name, got.dtype.name, dtype)
+  np.testing.assert_allclose(tf.cast(got, tf.float64).numpy(), want, rtol=tol, atol=tol, err_msg=name)
+
+
+def same_everywhere(value) -> bool:
+  gathered = hvd.allgather_object(value)
+  return all(g == gathered[0] for g in gathered)
+
+
+def main():
+  world = comm.init(hvd, int(sys.argv[1]))
+  rank, size = world.rank, world.size
+  print(f"rank {rank}: local {world.local_rank}/{world.local_size} node {world.cross_rank}/{world.cross_size}", flush=True)
+
+  # 1 + 3: small tensors of every dtype. Inputs are exact in every dtype
+  # (quarters), so the reference is the exact mean of what each rank holds.
+  want = [np.mean([np.round(x * 4) / 4 for x in [rank_inputs(r)[i] for r in range(size)]], axis=0, dtype=np.float64)
+          for i in range(len(SMALL))]
+  mine = [tf.cast(np.round(x * 4) / 4, dt) for x, (_, dt) in zip(rank_inputs(rank), SMALL)]
+  for config in SETTINGS:
+    exchange = make_gradient_exchange(config, hvd, world)
+    got = tf.function(exchange)(mine)
+    for (shape, dt), g, w in zip(SMALL, got, want):
+      check_mean(f"{config} {shape} {dt}", g, w, dt, config.compression)
+    assert same_everywhere(exchange.plan), config
+    if config.allreduce != "horovod":
+      assert len(exchange.plan) > 3, exchange.plan
+    if config.hybrid_cost != "probe" and world.local_size > 1 and world.cross_size > 1:
+      assert {p["algorithm"] for p in exchange.plan} == {"flat", "hier"}, exchange.plan
+
+  # 2: the full gradient lists. Whole numbers in [-8, 8] plus the rank, so
+  # every sum and the mean (base + (size - 1) / 2) are exact in float32 and the
+  # check is equality, cheap enough for 86 M elements per algorithm.
+  for model in ("resnet50", "alexnet"):
+    shapes = hvd.broadcast_object(gradient_sets.shapes(model) if rank == 0 else None)
+    base = [((np.arange(np.prod(s), dtype=np.int64) * 7919 + i) % 17 - 8).astype(np.float32).reshape(s)
+            for i, s in enumerate(shapes)]
+    mine = [tf.constant(b + rank) for b in base]
+    for config in BIG_SETTINGS:
+      exchange = make_gradient_exchange(config, hvd, world)
+      got = tf.function(exchange)(mine)
+      for i, (g, b) in enumerate(zip(got, base)):
+        assert g.shape == b.shape and np.array_equal(g.numpy(), b + np.float32((size - 1) / 2)), (model, config, i)
+      assert same_everywhere(exchange.plan), config
+    del base, mine, got
+
+  # 4: SGD steps on per-rank data end at the same weights whatever the algorithm.
+  tf.keras.utils.set_random_seed(0)
+  net = build_model("resnet20", 10, (8, 8, 1))
+  start = [v.numpy() for v in net.trainable_variables]
+  rng = np.random.default_rng(rank)
+  batches = [(rng.standard_normal((8, 8, 8, 1)).astype(np.float32), rng.integers(0, 10, 8)) for _ in range(3)]
+  loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+  def train(config):
+    for v, s in zip(net.trainable_variables, start):
+      v.assign(s)
+    exchange = make_gradient_exchange(config, hvd, world)
+
+    @tf.function
+    def step(images, labels):
+      with tf.GradientTape() as tape:
+        loss = loss_fn(labels, net(images, training=True))
+      grads = exchange(tape.gradient(loss, net.trainable_variables))
+      for v, g in zip(net.trainable_variables, grads):
+        v.assign_sub(0.1 * g)
+
+    for images, labels in batches:
+      step(images, labels)
+    return [v.numpy() for v in net.trainable_variables]
+
+  reference = train(CommConfig("horovod"))
+  assert not all(np.array_equal(a, b) for a, b in zip(reference, start))
+  for config in [CommConfig("flat", 0.01), CommConfig("hier", 0.01), CommConfig("hybrid", 0.01)]:
+    for a, b in zip(train(config), reference):
+      np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=config.allreduce)
+  print(f"OK rank {rank}", flush=True)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,130 @@
+"""Topology, the alpha-beta cost model, wire dtypes and comm flags: pure functions on tables."""
+import pytest
+import tensorflow as tf
+
+from comm import cost_model
+from comm.cost_model import CostModel, Link
+from comm.exchange import describe, wire_dtype
+from comm.topology import World, from_horovod_values
+from flags.errors import ConfigError
+
+
+def world(rank, rpn=0, size=4, local_rank=None, local_size=None, cross_rank=0, homogeneous=True):
+  """from_horovod_values for one rank; by default one host holding every rank."""
+  local_size = size if local_size is None else local_size
+  local_rank = rank if local_rank is None else local_rank
+  return from_horovod_values(size, rank, local_rank, local_size, cross_rank, homogeneous, rpn)
+
+
+@pytest.mark.parametrize("got, want", [
+    (world(3, rpn=2), World(size=4, rank=3, local_size=2, local_rank=1, cross_size=2, cross_rank=1)),
+    (world(2), World(size=4, rank=2, local_size=4, local_rank=2, cross_size=1, cross_rank=0)),
+    (world(5, size=8, local_rank=1, local_size=4, cross_rank=1),
+     World(size=8, rank=5, local_size=4, local_rank=1, cross_size=2, cross_rank=1)),
+    (world(1, rpn=1, size=2), World(size=2, rank=1, local_size=1, local_rank=0, cross_size=2, cross_rank=1)),
+    # --ranks_per_node overrides an uneven host layout
+    (world(0, rpn=2, homogeneous=False), World(size=4, rank=0, local_size=2, local_rank=0, cross_size=2)),
+])
+def test_world_from_horovod_values(got, want):
+  assert got == want
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(rank=0, size=2, rpn=3), "--ranks_per_node=3 does not divide the 2 ranks"),
+    (dict(rank=0, size=6, rpn=4), "e.g. --ranks_per_node=3"),
+    (dict(rank=0, local_size=3, homogeneous=False), "different numbers of ranks"),
+    (dict(rank=0, size=2, rpn=-1), "--ranks_per_node=-1 must be 0"),
+    # round-robin placement: rank 1 is local rank 0 of the second host
+    (dict(rank=1, local_rank=0, local_size=2, cross_rank=1), "not numbered host by host"),
+])
+def test_impossible_topology_is_one_sentence(kwargs, needle):
+  with pytest.raises(ConfigError) as e:
+    world(**kwargs)
+  assert needle in str(e.value)
+
+
+def test_groups_of_a_world():
+  w = World(size=6, rank=4, local_size=3, local_rank=1, cross_size=2, cross_rank=1)
+  assert w.node_ranks() == [[0, 1, 2], [3, 4, 5]]
+  assert w.cross_ranks() == [[0, 3], [1, 4], [2, 5]]
+
+
+EQUAL = CostModel(intra=Link(1e-3, 1e-9), inter=Link(1e-3, 1e-9))
+SLOW_INTER = CostModel(intra=Link(1e-4, 1e-10), inter=Link(1e-4, 1e-8))
+W4 = World(size=4, local_size=2, cross_size=2)
+W16 = World(size=16, local_size=8, cross_size=2)
+
+
+@pytest.mark.parametrize("model, world, nbytes, want", [
+    # same links: equal bandwidth terms (1.5 n beta each), hier pays three calls: flat
+    (EQUAL, W4, 1e8, ("flat", 1e-3 + 1.5e-1)),
+    (EQUAL, W4, 1e3, ("flat", 1e-3 + 1.5e-6)),
+    # a slow inter-node link: hier sends 1/8 of the buffer across nodes
+    (SLOW_INTER, W16, 1e8, ("hier", 2 * (1e-4 + 7 / 8 * 1e8 * 1e-10) + 1e-4 + 1e8 / 8 * 1e-8)),
+    # but tiny buffers are latency-bound: one call beats three
+    (SLOW_INTER, W16, 1e2, ("flat", 1e-4 + 2 * 15 / 16 * 1e2 * 1e-8)),
+    # one node: both only use the in-node link
+    (EQUAL, World(size=4, local_size=4), 1e6, ("flat", 1e-3 + 1.5e-3)),
+])
+def test_choose(model, world, nbytes, want):
+  algorithm, seconds = cost_model.choose(model, world, nbytes)
+  assert algorithm == want[0]
+  assert seconds == pytest.approx(want[1])
+
+
+def test_fit_recovers_the_link_that_made_the_timings():
+  link = Link(alpha=2e-4, beta=5e-10)
+  small, large = 4096, 8 << 20
+  got = cost_model.fit(4, (small, cost_model.allreduce_time(link, 4, small)),
+                       (large, cost_model.allreduce_time(link, 4, large)))
+  assert got.alpha == pytest.approx(link.alpha) and got.beta == pytest.approx(link.beta)
+  assert cost_model.fit(2, (4096, 1e-3), (8 << 20, 5e-4)) == Link(alpha=1e-3, beta=0.0)  # noise: clipped
+
+
+def test_parse_cost_spec():
+  model = cost_model.parse("300,5,100,1")
+  assert model.intra.alpha == pytest.approx(3e-4) and model.intra.gbps == pytest.approx(5)
+  assert model.inter.alpha == pytest.approx(1e-4) and model.inter.gbps == pytest.approx(1)
+  for bad in ["", "1,2,3", "1,2,3,0", "a,b,c,d"]:
+    with pytest.raises(ValueError):
+      cost_model.parse(bad)
+
+
+@pytest.mark.parametrize("dtype, compression, want", [
+    (tf.float32, "none", tf.float32), (tf.float32, "fp16", tf.float16),
+    (tf.float16, "none", tf.float16), (tf.float16, "fp16", tf.float16),
+    (tf.bfloat16, "none", tf.float32), (tf.bfloat16, "fp16", tf.float32),
+    (tf.float64, "fp16", tf.float16),
+])
+def test_wire_dtype(dtype, compression, want):
+  assert wire_dtype(dtype, compression) == want
+
+
+def test_describe_plan():
+  plan = [{"algorithm": "hier", "bytes": 32 << 20}, {"algorithm": "flat", "bytes": 1 << 19}]
+  assert describe(plan) == "hier:32.0 flat:0.5"
+
+
+def comm_flags(**overrides):
+  """build() of flags/comm.py on every flag's default, with overrides."""
+  import types
+
+  from absl import flags as absl_flags
+
+  import flags
+  from flags import comm
+  flags.define_flags()
+  values = {name: absl_flags.FLAGS[name].default for name in
+            ("allreduce", "fusion_threshold_mb", "compression", "ranks_per_node", "hybrid_cost")}
+  return comm.build(types.SimpleNamespace(**{**values, **overrides}))
+
+
+def test_comm_flags():
+  assert comm_flags().allreduce == "horovod"
+  assert comm_flags(hybrid_cost="300,5,300,1").hybrid_cost == "300,5,300,1"
+  for overrides, needle in [({"fusion_threshold_mb": -1}, "--fusion_threshold_mb=-1"),
+                            ({"ranks_per_node": -2}, "--ranks_per_node=-2"),
+                            ({"hybrid_cost": "fast"}, "--hybrid_cost='fast'")]:
+    with pytest.raises(ConfigError) as e:
+      comm_flags(**overrides)
+    assert needle in str(e.value)

@@ -1,0 +1,22 @@
+"""The exchange over real ranks: 4 ranks as 2 nodes of 2 (MPI) and 2 ranks (Gloo), and the
+topology error of train.py. Each launch batches every check (tests/mp/comm_check.py):
+starting ranks costs more than checking on 2 cores."""
+import pytest
+
+from conftest import horovodrun
+
+pytestmark = pytest.mark.multiprocess
+
+
+@pytest.mark.parametrize("np_, ranks_per_node, gloo", [(4, 2, False), (2, 0, True)],
+                         ids=["mpi-np4-2nodes", "gloo-np2-1node"])
+def test_every_algorithm_is_the_mean_and_trains_like_horovod(np_, ranks_per_node, gloo):
+  proc = horovodrun(np_, "python", "tests/mp/comm_check.py", str(ranks_per_node), gloo=gloo,
+                    check=True, timeout=420)
+  assert proc.stdout.count("OK rank") == np_, proc.stdout[-3000:]
+
+
+def test_impossible_topology_stops_every_rank_with_one_sentence(tmp_path):
+  proc = horovodrun(2, "python", "train.py", f"--model_dir={tmp_path}", "--ranks_per_node=3", timeout=300)
+  assert proc.returncode != 0
+  assert proc.stderr.count("error: --ranks_per_node=3 does not divide the 2 ranks") == 2, proc.stderr[-3000:]
