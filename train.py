@@ -43,7 +43,7 @@ from comm.exchange import make_gradient_exchange  # noqa: E402
 from input import pipeline  # noqa: E402
 from models import build_model  # noqa: E402
 from optimizers import build_optimizer, precision, schedules  # noqa: E402
-from progress import Progress, logger, write_json_atomic  # noqa: E402
+from progress import Progress, emit, logger, write_json_atomic  # noqa: E402
 
 flags.define_flags()
 FLAGS = absl_flags.FLAGS
@@ -51,7 +51,7 @@ FLAGS = absl_flags.FLAGS
 
 def fail(message: str) -> None:
   """Stop this rank with one sentence on stderr and exit status 2 (every rank calls it)."""
-  print(f"error: {message}", file=sys.stderr, flush=True)
+  emit(f"error: {message}")
   sys.exit(2)
 
 
@@ -83,7 +83,7 @@ def main(argv):
 
   # ---------------------------------------------------------------- input --
   pipeline.prepare(config.data, world)
-  hvd.join()  # Horovod: wait for the node's writer before anyone reads.
+  sync.barrier(hvd, "input_ready")  # wait for the node's writer before anyone reads
   # Images leave the pipeline in the model's compute dtype (half the bytes in bf16/fp16).
   compute_dtype = keras.mixed_precision.Policy(precision.POLICIES[config.optim.precision]).compute_dtype
   data = pipeline.build(config.data, world, config.run.seed, dtype=compute_dtype)
@@ -220,7 +220,7 @@ def main(argv):
   }
   if world.is_chief:
     write_json_atomic(os.path.join(config.run.model_dir, "summary.json"), summary)
-    print(json.dumps(summary), flush=True)
+    emit(json.dumps(summary), sys.stdout)
 
 
 if __name__ == "__main__":
