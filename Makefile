@@ -62,3 +62,7 @@ bench-input:  ## input pipeline on real ImageNet JPEGs vs the decoder limit; wri
 .PHONY: bench-comm
 bench-comm:  ## allreduce algorithms (horovod, flat, hier, hybrid, mpi4py floor), 2 and 4 ranks, MPI and Gloo; writes results/bench_comm.{json,png}
 	$(PY) bench/bench_comm.py $(ARGS)
+
+.PHONY: bench-scaling
+bench-scaling:  ## on an emulated 4-host cluster (root): cost model calibrated and checked, flat/hier/hybrid/horovod, training efficiency, simulation to 2,048 ranks; writes results/bench_scaling.json, scaling.md, scaling_*.png
+	$(PY) bench/bench_scaling.py $(ARGS)
