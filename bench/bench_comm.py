@@ -3,14 +3,15 @@
   python bench/bench_comm.py            # the driver: every launch below, then the JSON and the plot
   horovodrun -np 4 python bench/bench_comm.py --worker --ranks_per_node=2 --out=F   # one launch
 
-Per launch (ranks, ranks per node, controller MPI or Gloo), rank 0 records:
-  sweep      one buffer of 4 KB ... 256 MB, per algorithm: horovod (hvd.allreduce),
-             hier (comm/hierarchical.py), and the engine's floor: mpi4py's
-             Allreduce of the same numpy buffer (MPI launches only);
+Per launch (ranks, ranks per node, controller MPI or Gloo), rank 0 records
+(in this order, so that a launch stopped at its time share keeps the gradients):
   gradients  one full exchange of the ResNet-50 (161 tensors, 25.6 M) and
              AlexNet (16, 61 M) gradient shapes per algorithm: horovod, flat,
              hier, hybrid, flat with fp16 compression, and the mpi4py floor
              (one Allreduce of all gradients in one buffer);
+  sweep      one buffer of 4 KB ... 256 MB, per algorithm: horovod (hvd.allreduce),
+             hier (comm/hierarchical.py), and the engine's floor: mpi4py's
+             Allreduce of the same numpy buffer (MPI launches only);
   overlap    (-np 2 MPI only) how much exchange time a training step hides.
 Times are medians over repeats after a warm-up; algorithms take turns within
 each repeat so that load from other processes hits them alike. algbw =
@@ -99,6 +100,9 @@ def worker(args):
       "hier": CommConfig("hier", THRESHOLD_MB),
       "hybrid": CommConfig("hybrid", THRESHOLD_MB),
       "flat+fp16": CommConfig("flat", THRESHOLD_MB, compression="fp16"),
+      # One bucket per gradient set: Horovod then reduces it in place; smaller
+      # buckets ready together are fused again by Horovod (two more copies).
+      "flat 128MB": CommConfig("flat", 128.0),
   }.items()}
   if world.is_chief:
     m = exchanges["hybrid"].model
@@ -108,16 +112,6 @@ def worker(args):
   def floor(buffers):
     results = [np.empty_like(b) for b in buffers]
     return lambda: [mpi.Allreduce(b, r) for b, r in zip(buffers, results)]
-
-  if "sweep" in args.modes:
-    for nbytes in SIZES:
-      x = tf.ones([nbytes // 4], tf.float32)
-      fns = {name: (lambda f=tf.function(exchanges[name]): f([x])[0].numpy()) for name in ("horovod", "hier")}
-      if mpi:
-        fns["mpi4py"] = floor([np.ones(nbytes // 4, np.float32)])
-      repeats = 5 if nbytes <= 16 * MB else 1
-      for name, seconds in timed_rounds(fns, repeats, hvd).items():
-        record(out, "sweep", name, args, world, nbytes, seconds)
 
   if "gradients" in args.modes:
     for model in ("resnet50", "alexnet"):
@@ -132,12 +126,22 @@ def worker(args):
         plan = exchanges[name].plan if name in exchanges else []
         record(out, "gradients", name, args, world, nbytes, seconds, gradient_set=model,
                buckets=len(plan), plan=[p["algorithm"] for p in plan])
-      best = min(("flat", "hier", "hybrid"), key=results.get)
+      best = min(("flat", "hier", "hybrid", "flat 128MB"), key=results.get)
       if world.is_chief:
         print(f"RATIO {model} np{world.size} rpn{world.local_size} {'gloo' if args.gloo else 'mpi'}: "
               f"horovod / {best} = {results['horovod'] / results[best]:.3f} "
               f"(fp32; flat+fp16: {results['horovod'] / results['flat+fp16']:.3f})", flush=True)
       del grads
+
+  if "sweep" in args.modes:
+    for nbytes in SIZES:
+      x = tf.ones([nbytes // 4], tf.float32)
+      fns = {name: (lambda f=tf.function(exchanges[name]): f([x])[0].numpy()) for name in ("horovod", "hier")}
+      if mpi:
+        fns["mpi4py"] = floor([np.ones(nbytes // 4, np.float32)])
+      repeats = 5 if nbytes <= 16 * MB else 1
+      for name, seconds in timed_rounds(fns, repeats, hvd).items():
+        record(out, "sweep", name, args, world, nbytes, seconds)
 
   if "overlap" in args.modes:
     overlap(args, world, hvd, exchanges)
@@ -218,7 +222,7 @@ def plot(rows, path):
   left.legend(fontsize=6)
   grads = [r for r in rows if r["kind"] == "gradients"]
   labels = sorted({(r["gradient_set"], r["controller"], r["ranks"]) for r in grads})
-  algorithms = ["horovod", "flat", "hier", "hybrid", "flat+fp16", "mpi4py"]
+  algorithms = ["horovod", "flat", "hier", "hybrid", "flat+fp16", "flat 128MB", "mpi4py"]
   width = 0.8 / len(algorithms)
   for j, alg in enumerate(algorithms):
     ys = [next((r["seconds"] for r in grads if (r["gradient_set"], r["controller"], r["ranks"]) == lab
@@ -237,14 +241,22 @@ def driver(args):
   os.makedirs(os.path.join(REPO, "results"), exist_ok=True)
   env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
   rows, started = [], time.time()
-  for np_, rpn, gloo in LAUNCHES:
+  launches = LAUNCHES
+  if args.only:
+    launches = [tuple(int(x) for x in args.only.split(","))]
+    with open(os.path.join(REPO, "results", "bench_comm.json")) as fh:  # replace that launch's records
+      rows = [r for r in json.load(fh)["records"] if r["kind"] not in args.modes or
+              (r["ranks"], r["ranks_per_node"] if r["ranks_per_node"] != r["ranks"] else 0,
+               int(r["controller"] == "gloo")) != launches[0]]
+  for np_, rpn, gloo in launches:
+    gloo = bool(gloo)
     part = os.path.join(REPO, "results", f".bench_comm-{np_}-{rpn}-{int(gloo)}.json")
-    modes = "sweep,gradients" + (",overlap" if (np_, gloo) == (2, False) else "")
+    modes = args.modes if args.only else "sweep,gradients" + (",overlap" if (np_, gloo) == (2, False) else "")
     cmd = ["horovodrun", "-np", str(np_), "-H", f"localhost:{np_}", *(["--gloo"] if gloo else []),
            sys.executable, os.path.abspath(__file__), "--worker", f"--ranks_per_node={rpn}",
            f"--modes={modes}", f"--out={part}"] + (["--gloo"] if gloo else [])
     print(f"== {' '.join(cmd[:6])} ... --ranks_per_node={rpn} --modes={modes}", flush=True)
-    timeout = BUDGET_S * SHARE[(np_, rpn, gloo)]
+    timeout = args.budget_s or BUDGET_S * SHARE[(np_, rpn, gloo)]
     with open(part + ".log", "w+") as log:
       proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                               stdin=subprocess.DEVNULL, start_new_session=True)
@@ -259,7 +271,7 @@ def driver(args):
         text = line.split(">:", 1)[-1].rstrip()
         if "<stdout>" in line and text:
           print(text, flush=True)
-    os.remove(part + ".log")
+    os.remove(part + ".log") if os.path.exists(part + ".log") else None
     for path in (part, part + ".overlap"):
       if os.path.exists(path):
         with open(path) as fh:
@@ -278,7 +290,10 @@ def main():
   parser.add_argument("--worker", action="store_true", help="run as one rank of a launch")
   parser.add_argument("--ranks_per_node", type=int, default=0)
   parser.add_argument("--gloo", action="store_true", help="(worker) this launch runs on Gloo: no mpi4py floor")
-  parser.add_argument("--modes", default="sweep,gradients", help="(worker) sweep,gradients,overlap")
+  parser.add_argument("--modes", default="sweep,gradients", help="(worker, or driver with --only) sweep,gradients,overlap")
+  parser.add_argument("--only", default="", help="(driver) rerun one launch NP,RANKS_PER_NODE,GLOO "
+                      "(e.g. 4,2,0) for --modes and replace those records in results/bench_comm.json")
+  parser.add_argument("--budget_s", type=float, default=0, help="(driver, with --only) its time limit")
   parser.add_argument("--out", default=os.path.join(REPO, "results", "bench_comm.json"))
   args = parser.parse_args()
   worker(args) if args.worker else driver(args)
