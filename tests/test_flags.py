@@ -116,3 +116,10 @@ def test_helpfull_documents_every_flag():
   for flag in our_flags():
     # absl writes boolean flags as --[no]name.
     assert f"--{flag.name}:" in proc.stdout or f"--[no]{flag.name}:" in proc.stdout, flag.name
+
+
+def test_readme_documents_every_flag():
+  with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")) as fh:
+    readme = fh.read()
+  missing = [f.name for f in our_flags() if f"`--{f.name}`" not in readme]
+  assert not missing, f"README's flag table lacks {missing}"
