@@ -20,6 +20,7 @@ import tensorflow as tf
 from comm.topology import World
 from flags.data import DataConfig
 from input import digits, preprocessing, records, sharding, sources
+from progress import emit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,8 +51,7 @@ def build(config: DataConfig, world: World, seed: int, dtype=tf.float32) -> Inpu
     return _synthetic(config, seed, dtype)
   source = sources.scan(config)
   for path in source.damaged:
-    print(f"input: {path} is truncated; training on its complete records (--skip_corrupt)",
-          file=sys.stderr, flush=True)
+    emit(f"input: {path} is truncated; training on its complete records (--skip_corrupt)")
   return _files(config, world, seed, source, dtype)
 
 
