@@ -61,6 +61,7 @@ class GradientExchange:
     threshold = int(self.config.fusion_threshold_mb * fusion.MB)
     buckets = fusion.plan([(g.shape.num_elements(), g.dtype.name) for g in grads], threshold)
     plan = []
+    serial, previous = self.groups is not None and hierarchical.serial_reducescatter(self.hvd), None
     for b, members in enumerate(buckets):
       dtype = grads[members[0]].dtype
       wire = wire_dtype(dtype, self.config.compression)
@@ -68,7 +69,9 @@ class GradientExchange:
       nbytes = buffer.shape[0] * wire.size
       algorithm, predicted = self._choose(nbytes)
       if algorithm == "hier":
-        reduced = hierarchical.allreduce_mean(buffer, self.world, self.groups, self.hvd, f"bucket_{b}")
+        reduced = hierarchical.allreduce_mean(buffer, self.world, self.groups, self.hvd, f"bucket_{b}",
+                                              after=previous if serial else None)
+        previous = reduced
       else:
         reduced = self.hvd.allreduce(buffer, op=self.hvd.Average, name=f"bucket_{b}")
       for i, g in zip(members, fusion.unpack(tf.cast(reduced, dtype), [grads[i].shape for i in members])):

@@ -42,12 +42,14 @@ def register(hvd, world: World) -> Groups:
   return Groups(node=node, cross=cross)
 
 
-def allreduce_mean(buffer: tf.Tensor, world: World, groups: Groups, hvd, name: str) -> tf.Tensor:
+def allreduce_mean(buffer: tf.Tensor, world: World, groups: Groups, hvd, name: str,
+                   after: tf.Tensor | None = None) -> tf.Tensor:
   """The mean over all ranks of a 1-D buffer (static length), in three phases.
 
   The buffer is zero-padded to a multiple of local_size so the reduce-scatter
   gives every rank an equal share; sums travel, and the mean is taken once at
-  the end.
+  the end. With `after`, the reduce-scatter is enqueued only once that tensor
+  exists (see serial_reducescatter).
   """
   n = buffer.shape[0]
   local = world.local_size
@@ -56,9 +58,26 @@ def allreduce_mean(buffer: tf.Tensor, world: World, groups: Groups, hvd, name: s
   if pad:
     x = tf.concat([x, tf.zeros([pad], x.dtype)], axis=0)
   if groups.node is not None:
+    if after is not None:
+      with tf.control_dependencies([after]):
+        x = tf.identity(x)
     x = hvd.reducescatter(x, op=hvd.Sum, process_set=groups.node, name=f"{name}_rs")
   if groups.cross is not None:
     x = hvd.allreduce(x, op=hvd.Sum, process_set=groups.cross, name=f"{name}_ar")
   if groups.node is not None:
     x = hvd.allgather(x, process_set=groups.node, name=f"{name}_ag")
   return x[:n] * tf.cast(1.0 / world.size, x.dtype)
+
+
+def serial_reducescatter(hvd) -> bool:
+  """Whether reduce-scatters must reach Horovod one at a time: on Gloo, yes.
+
+  Horovod 0.28.1's Gloo reduce-scatter sometimes returns wrong values when its
+  runtime fuses several pending ones into its fusion buffer: 4 of 40 steps of
+  8 concurrent reduce-scatters on 2 ranks with the 2 cores busy
+  (tests/mp/reducescatter_check.py raw), and 7 of 40 through hier before this
+  (the CI failure of an AlexNet check). A lone one (its own temporary buffer),
+  MPI's fused one and Gloo's with HOROVOD_FUSION_THRESHOLD=0 were right in every step, so on Gloo each hier
+  bucket waits for the previous one, and Horovod never has two to fuse.
+  """
+  return hvd.gloo_enabled()
