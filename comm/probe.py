@@ -27,9 +27,14 @@ def _median_seconds(hvd, nbytes: int, process_set, name: str) -> float:
 def measure(hvd, world: World, groups: Groups) -> CostModel:
   """The CostModel of this job from a few timed allreduces per level (well under a second idle).
 
-  Every rank times its own groups; the slowest rank's figures (allreduce Max)
-  are kept, so all ranks hold the same model and choose the same plan. A level
-  with one rank per group is never used and gets a zero cost.
+  Every rank times its own groups, so all groups of a level run at once, as in
+  hier's phases: inside a node each rank has its own bandwidth, across nodes
+  the local_size cross groups of a host share its link, so the inter beta is
+  fitted per host link (comm/cost_model.py's units). Under Gloo flat is a
+  ring over every rank, under MPI Open MPI's halving/doubling (model.flat).
+  The slowest rank's figures (allreduce Max) are kept, so all ranks hold the
+  same model and choose the same plan. A level with one rank per group is
+  never used and gets a zero cost.
   """
   def level(process_set, ranks, name):
     if process_set is None:
@@ -42,9 +47,11 @@ def measure(hvd, world: World, groups: Groups) -> CostModel:
   cross = level(groups.cross, world.cross_size, "probe_cross")
   times = hvd.allreduce(tf.constant(node + cross, tf.float64), op=hvd.Max, name="probe_times").numpy()
 
-  def link(ranks, t_small, t_large):
+  def link(ranks, sharing, t_small, t_large):
     if ranks <= 1:
       return Link(0.0, 0.0)
-    return fit(ranks, (SMALL_BYTES, t_small), (LARGE_BYTES, t_large))
+    return fit(ranks, [(SMALL_BYTES, t_small), (LARGE_BYTES, t_large)], sharing)
 
-  return CostModel(intra=link(world.local_size, *times[:2]), inter=link(world.cross_size, *times[2:]))
+  return CostModel(intra=link(world.local_size, 1, *times[:2]),
+                   inter=link(world.cross_size, world.local_size, *times[2:]),
+                   flat="ring" if hvd.gloo_enabled() else "mpi")

@@ -1,9 +1,7 @@
-"""Topology, the alpha-beta cost model, wire dtypes and comm flags: pure functions on tables."""
+"""Topology, wire dtypes and comm flags: pure functions on tables (the cost model: tests/test_cost_model.py)."""
 import pytest
 import tensorflow as tf
 
-from comm import cost_model
-from comm.cost_model import CostModel, Link
 from comm.exchange import describe, wire_dtype
 from comm.topology import World, from_horovod_values
 from flags.errors import ConfigError
@@ -47,47 +45,6 @@ def test_groups_of_a_world():
   w = World(size=6, rank=4, local_size=3, local_rank=1, cross_size=2, cross_rank=1)
   assert w.node_ranks() == [[0, 1, 2], [3, 4, 5]]
   assert w.cross_ranks() == [[0, 3], [1, 4], [2, 5]]
-
-
-EQUAL = CostModel(intra=Link(1e-3, 1e-9), inter=Link(1e-3, 1e-9))
-SLOW_INTER = CostModel(intra=Link(1e-4, 1e-10), inter=Link(1e-4, 1e-8))
-W4 = World(size=4, local_size=2, cross_size=2)
-W16 = World(size=16, local_size=8, cross_size=2)
-
-
-@pytest.mark.parametrize("model, world, nbytes, want", [
-    # same links: equal bandwidth terms (1.5 n beta each), hier pays three calls: flat
-    (EQUAL, W4, 1e8, ("flat", 1e-3 + 1.5e-1)),
-    (EQUAL, W4, 1e3, ("flat", 1e-3 + 1.5e-6)),
-    # a slow inter-node link: hier sends 1/8 of the buffer across nodes
-    (SLOW_INTER, W16, 1e8, ("hier", 2 * (1e-4 + 7 / 8 * 1e8 * 1e-10) + 1e-4 + 1e8 / 8 * 1e-8)),
-    # but tiny buffers are latency-bound: one call beats three
-    (SLOW_INTER, W16, 1e2, ("flat", 1e-4 + 2 * 15 / 16 * 1e2 * 1e-8)),
-    # one node: both only use the in-node link
-    (EQUAL, World(size=4, local_size=4), 1e6, ("flat", 1e-3 + 1.5e-3)),
-])
-def test_choose(model, world, nbytes, want):
-  algorithm, seconds = cost_model.choose(model, world, nbytes)
-  assert algorithm == want[0]
-  assert seconds == pytest.approx(want[1])
-
-
-def test_fit_recovers_the_link_that_made_the_timings():
-  link = Link(alpha=2e-4, beta=5e-10)
-  small, large = 4096, 8 << 20
-  got = cost_model.fit(4, (small, cost_model.allreduce_time(link, 4, small)),
-                       (large, cost_model.allreduce_time(link, 4, large)))
-  assert got.alpha == pytest.approx(link.alpha) and got.beta == pytest.approx(link.beta)
-  assert cost_model.fit(2, (4096, 1e-3), (8 << 20, 5e-4)) == Link(alpha=1e-3, beta=0.0)  # noise: clipped
-
-
-def test_parse_cost_spec():
-  model = cost_model.parse("300,5,100,1")
-  assert model.intra.alpha == pytest.approx(3e-4) and model.intra.gbps == pytest.approx(5)
-  assert model.inter.alpha == pytest.approx(1e-4) and model.inter.gbps == pytest.approx(1)
-  for bad in ["", "1,2,3", "1,2,3,0", "a,b,c,d"]:
-    with pytest.raises(ValueError):
-      cost_model.parse(bad)
 
 
 @pytest.mark.parametrize("dtype, compression, want", [
