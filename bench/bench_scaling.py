@@ -8,22 +8,27 @@ its own name 'imcb' and subnet 198.18.30.0/24, links RATE each way) and runs
 horovodrun launches in it; rank 0 of each writes what it measured:
 
   comm       topologies 1 host x 4 ranks, 2 x 2 and 4 x 1. First the cost model
-             (comm/cost_model.py) is calibrated per level: allreduces of 4 sizes
-             inside a node (all node groups at once) and across nodes (all cross
-             groups at once), each fitted to alpha + 2(g-1)/g * n * beta. Then
-             flat, hier, hybrid (comm/exchange.py, 32 MB buckets) and stock
-             horovod exchange buffers of 1-64 MB and the ResNet-50 and AlexNet
-             gradient sets; the model's prediction (sum over buckets) stands
-             beside each median, and so do the bytes each host sent on its link.
+             (comm/cost_model.py) is calibrated per level: allreduces of 3-4 sizes
+             inside a node (all node groups at once, each on its own host: beta
+             per rank) and across nodes (all cross groups at once, the L groups of
+             a host sharing its link: beta per host link), each fitted by
+             cost_model.fit. Then flat, hier, hybrid (comm/exchange.py, 32 MB
+             buckets) and stock horovod exchange buffers of 1-64 MB and the
+             ResNet-50 and AlexNet gradient sets; the model's prediction (sum over
+             buckets) stands beside each median, and so do the bytes each host
+             sent on its link and the bytes the model says cross it.
   training   ranks N = 1 (1x1), 2 (2 hosts x 1), 4 (2 x 2): seconds per step of a
              synthetic-data SGD step (the CIFAR ResNet-20 at 32x32 and ResNet-50
              at 64x64, batch 16 per rank) per algorithm, and of the same step
              without the exchange; S = images/sec per rank, e = S_N / S_1,
              T = N * S * e (Jia et al.).
   simulation the model at cluster scale (64-2,048 ranks): ring, hierarchical and
-             hybrid for one exchange of ResNet-50 and AlexNet, with the parameters
-             stated parameters of a 2018 P40 cluster (this machine's alpha is CPU
+             hybrid for one exchange of ResNet-50 and AlexNet, with the stated
+             parameters of a 2018 P40 cluster (this machine's alpha is CPU
              scheduling, hundreds of ms, and would say nothing about a cluster).
+             "ring" there is NCCL's ring over all ranks, Jia et al.'s baseline,
+             with a latency per ring step: not the CPU flat of comm/cost_model.py,
+             which is Open MPI's hierarchy-aware allreduce.
 
 Writes results/bench_scaling.json, results/scaling.md, results/scaling_comm.png
 and results/scaling_training.png. Every emulated host runs on the same 2 cores:
@@ -71,18 +76,6 @@ def median(xs):
 
 
 # ------------------------------------------------------------------ model --
-def fit_link(ranks: int, points: list[tuple[float, float]]):
-  """Least-squares Link (alpha s, beta s/byte) through (bytes, seconds) of allreduces over `ranks` ranks."""
-  from comm.cost_model import Link
-  factor = 2 * (ranks - 1) / ranks
-  xs = [factor * n for n, _ in points]
-  ys = [t for _, t in points]
-  mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-  beta = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-  beta = max(beta, 0.0)
-  return Link(alpha=max(my - beta * mx, 0.0), beta=beta)
-
-
 def predict(algorithm: str, model, world, bucket_bytes: list[int]) -> float:
   """Seconds the cost model gives one exchange of these buckets (stock horovod: flat per fused buffer)."""
   from comm import cost_model
@@ -93,7 +86,41 @@ def predict(algorithm: str, model, world, bucket_bytes: list[int]) -> float:
   return sum(cost_model.flat_time(model, world, n) for n in bucket_bytes)
 
 
+def link_mb_per_host(algorithm: str, model, world, bucket_bytes: list[int]) -> float:
+  """MB the cost model says each host sends on its link for one exchange of these buckets.
+
+  The figure to hold against the measured 'link MB sent per host': mpi flat and
+  hier 2(c-1)/c n per bucket, a ring 2(g-1)/g n; hybrid as its plan.
+  """
+  from comm import cost_model
+  if world.cross_size <= 1:
+    return 0.0
+
+  def one(n):
+    if algorithm == "hybrid":
+      kind = cost_model.choose(model, world, n)[0]
+    else:
+      kind = "hier" if algorithm == "hier" else "flat"
+    ranks = world.size if kind == "flat" and model.flat == "ring" else world.cross_size
+    return cost_model.allreduce_bytes(ranks, n)
+  return sum(one(n) for n in bucket_bytes) / MB
+
+
+def split(total: int, size: int) -> list[int]:
+  """Buckets of `size` bytes and one remainder holding `total` bytes (the simulation's fusion)."""
+  return [size] * (total // size) + ([total % size] if total % size else [])
+
+
+def scaling(n: int, s_1: float, s_n: float) -> tuple[float, float]:
+  """(e, T) of Jia et al.: e = S_N / S_1 (images/sec per rank), T = N * S_1 * e, the job's images/sec."""
+  e = s_n / s_1
+  return e, n * s_1 * e
+
+
 # ------------------------------------------------------------------ simulation --
+# The simulation's own formulas: alpha is a latency per ring step (NCCL on GPUs, where a
+# call costs microseconds), not comm/cost_model.py's per Horovod call; beta_out is per
+# host link there and here.
 def ring_time(alpha_step: float, beta: float, ranks: int, nbytes: float) -> float:
   """Ring allreduce with a latency per ring step: 2(p-1) steps, 2(p-1)/p of the buffer through each rank."""
   return 0.0 if ranks <= 1 else 2 * (ranks - 1) * alpha_step + 2 * (ranks - 1) / ranks * nbytes * beta
@@ -102,9 +129,10 @@ def ring_time(alpha_step: float, beta: float, ranks: int, nbytes: float) -> floa
 def hier_sim_time(intra, inter, local: int, nodes: int, nbytes: float) -> float:
   """Reduce-scatter and allgather in the node (ring), ring allreduce of 1/local across nodes.
 
-  intra/inter: (alpha per step s, beta s/byte). The cross-node rings of the
-  `local` ranks run at once and share the node's network link, so each sees
-  beta * local.
+  intra/inter: (alpha per step s, beta s/byte; inter per host link). The
+  cross-node rings of the `local` ranks run at once and share the node's
+  network link, so each sees beta * local: 2(c-1)/c n per host link in all,
+  as comm/cost_model.hier_time.
   """
   (a_in, b_in), (a_out, b_out) = intra, inter
   in_node = 0.0 if local <= 1 else 2 * ((local - 1) * a_in + (local - 1) / local * nbytes * b_in)
@@ -112,8 +140,9 @@ def hier_sim_time(intra, inter, local: int, nodes: int, nbytes: float) -> float:
 
 
 def flat_sim_time(intra, inter, local: int, nodes: int, nbytes: float) -> float:
-  """One ring over every rank, ordered node by node: each node link carries one ring edge
-  (2(p-1)/p of the buffer), every step pays the slower level's latency."""
+  """NCCL's ring over every rank (Jia et al.'s baseline), ordered node by node: each node link
+  carries one ring edge (2(p-1)/p of the buffer), every step pays the slower level's latency.
+  comm/cost_model.py's flat="ring" without the per-step latency; not Open MPI's CPU flat."""
   (a_in, b_in), (a_out, b_out) = intra, inter
   p = local * nodes
   return ring_time(max(a_in, a_out), max(b_in, b_out), p, nbytes)
@@ -137,7 +166,7 @@ def simulate(params: dict, tensor_bytes: list[int]) -> dict:
   """
   local = params["local"]
   total = sum(tensor_bytes)
-  buckets = [SIM_BUCKET] * int(total // SIM_BUCKET) + ([total % SIM_BUCKET] if total % SIM_BUCKET else [])
+  buckets = split(total, SIM_BUCKET)
   out = {}
   for p in SIM_RANKS:
     nodes = max(1, p // local)
@@ -157,7 +186,7 @@ def worker(args):
   import tensorflow as tf
 
   from comm import fusion, gradient_sets, hierarchical
-  from comm.cost_model import CostModel, Link
+  from comm.cost_model import CostModel, Link, fit
   from comm.exchange import GradientExchange
   from comm.topology import World
   from flags.comm import CommConfig
@@ -215,17 +244,19 @@ def worker(args):
     return points
 
   if args.comm:
-    # Every group of a level at once, as hier's phases run: the cross groups share each node's link.
+    # Every group of a level at once, as hier's phases run (and comm/probe.py): the local_size
+    # cross groups of a host share its link, so the inter beta comes out per host link.
     intra_pts = level_points(groups.node, world.local_size, "cal_node") if groups.node is not None else []
     inter_pts = level_points(groups.cross, world.cross_size, "cal_cross") if groups.cross is not None else []
-    intra = fit_link(world.local_size, intra_pts) if intra_pts else Link(0.0, 0.0)
-    inter = fit_link(world.cross_size, inter_pts) if inter_pts else Link(0.0, 0.0)
-    model = CostModel(intra=intra, inter=inter)
+    intra = fit(world.local_size, intra_pts) if intra_pts else Link(0.0, 0.0)
+    inter = fit(world.cross_size, inter_pts, sharing=world.local_size) if inter_pts else Link(0.0, 0.0)
+    model = CostModel(intra=intra, inter=inter, flat="ring" if hvd.gloo_enabled() else "mpi")
     result["calibration"] = {
+        "flat": model.flat,
         "intra": {"alpha_us": intra.alpha * 1e6, "gbps": intra.gbps if intra.beta else None,
-                  "points": intra_pts},
+                  "per": "rank", "points": intra_pts},
         "inter": {"alpha_us": inter.alpha * 1e6, "gbps": inter.gbps if inter.beta else None,
-                  "points": inter_pts}}
+                  "per": "host link", "sharing": world.local_size, "points": inter_pts}}
 
     # -------------------------------------------- algorithms --
     cases = [(f"{n // MB} MB", [(n // 4,)]) for n in SIZES]
@@ -247,7 +278,8 @@ def worker(args):
         else:
           bucket_bytes = [p["bytes"] for p in exchange.plan]
         preds[algorithm] = (predict(algorithm, model, world, bucket_bytes),
-                            [p["algorithm"] for p in exchange.plan])
+                            [p["algorithm"] for p in exchange.plan],
+                            link_mb_per_host(algorithm, model, world, bucket_bytes))
       times = {a: [] for a in ALGORITHMS}
       link = {a: [] for a in ALGORITHMS}
       repeats = args.repeats if total <= 64 * MB else max(2, args.repeats - 1)
@@ -265,9 +297,9 @@ def worker(args):
               file=sys.stderr, flush=True)
       for algorithm in ALGORITHMS:
         measured = median(slowest(times[algorithm]))
-        predicted, plan = preds[algorithm]
+        predicted, plan, model_mb = preds[algorithm]
         rows.append({"case": case, "bytes": total, "algorithm": algorithm, "measured_s": measured,
-                     "predicted_s": predicted, "plan": plan,
+                     "predicted_s": predicted, "plan": plan, "model_link_mb_per_host": model_mb,
                      "link_mb_per_host": host_link_mb(int(median(link[algorithm])))})
       del grads, fns
     result["comm"] = rows
@@ -396,12 +428,13 @@ def driver(args):
 
 
 def _hybrid_cost(two_by_two) -> str:
-  """--hybrid_cost for the training launches from the 2x2 calibration ('' without one)."""
+  """--hybrid_cost for the training launches from the 2x2 calibration ('' without one): GBPS_INTER per host link."""
   if not two_by_two or "calibration" not in two_by_two:
     return ""
   cal = two_by_two["calibration"]
-  return ",".join(f"{x:.6g}" for x in (max(cal["intra"]["alpha_us"], 1), cal["intra"]["gbps"] or 1,
-                                      max(cal["inter"]["alpha_us"], 1), cal["inter"]["gbps"] or 1))
+  numbers = (max(cal["intra"]["alpha_us"], 1), cal["intra"]["gbps"] or 1,
+             max(cal["inter"]["alpha_us"], 1), cal["inter"]["gbps"] or 1)
+  return ",".join([f"{x:.6g}" for x in numbers] + [cal.get("flat", "mpi")])
 
 
 def simulation(two_by_two):
@@ -457,8 +490,8 @@ def training_table(report):
       if n > 1 and r["variant"] == "none":
         continue
       s = r["images_per_sec_per_rank"]
-      e = s / base[r["model"]] if r["model"] in base else float("nan")
-      rows.append((r["model"], n, r["variant"] if n > 1 else "-", r["step_s"], s, e, n * s,
+      e, t = scaling(n, base[r["model"]], s) if r["model"] in base else (float("nan"), float("nan"))
+      rows.append((r["model"], n, r["variant"] if n > 1 else "-", r["step_s"], s, e, t,
                    1 - none.get(r["model"], r["step_s"]) / r["step_s"]))
   return rows
 
@@ -473,7 +506,9 @@ def write_report(report, out_dir):
            "each the slowest rank's time; algorithms take turns within each repeat. float32 buffers. "
            "Every 'host' shares the same cores, and other work ran on the machine meanwhile.", "",
            "## Calibration (alpha-beta per level, fitted to allreduces of 64 KB-24 MB, all groups of a level at once)", "",
-           "| topology | level | group | alpha (us per call) | bandwidth (GB/s, per rank) |", "|---|---|---|---|---|"]
+           "Inside a node the bandwidth is per rank; across nodes it is per host link, the host's cross groups "
+           "sharing it (comm/cost_model.py).", "",
+           "| topology | level | group | alpha (us per call) | bandwidth (GB/s) | per |", "|---|---|---|---|---|---|"]
   for name in ("1x4", "2x2", "4x1"):
     launch = report["launches"].get(name)
     if not launch:
@@ -481,10 +516,12 @@ def write_report(report, out_dir):
     for level, group in (("intra", launch["local_size"]), ("inter", launch["nodes"])):
       c = launch["calibration"][level]
       if c["points"]:
-        lines.append(f"| {name} | {level} | {group} ranks | {c['alpha_us']:.0f} | {c['gbps']:.3f} |")
+        lines.append(f"| {name} | {level} | {group} ranks | {c['alpha_us']:.0f} | {c['gbps']:.3f} | "
+                     f"{c.get('per', 'rank')} |")
   lines += ["", "## Measured vs predicted (comm/cost_model.py with the calibration above)", "",
-            "| topology | case | MB | algorithm | measured ms | predicted ms | pred/meas | link MB sent per host | hybrid's plan |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "| topology | case | MB | algorithm | measured ms | predicted ms | pred/meas | link MB sent per host | "
+            "model's link MB per host | hybrid's plan |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
   within = total = 0
   for topo, r in comm_rows(report):
     ratio = r["predicted_s"] / r["measured_s"]
@@ -492,7 +529,8 @@ def write_report(report, out_dir):
     within += abs(ratio - 1) <= 0.25
     plan = " ".join(r["plan"]) if r["algorithm"] == "hybrid" else ""
     lines.append(f"| {topo} | {r['case']} | {r['bytes'] / MB:.1f} | {r['algorithm']} | {r['measured_s'] * 1e3:.0f} | "
-                 f"{r['predicted_s'] * 1e3:.0f} | {ratio:.2f} | {r['link_mb_per_host']:.1f} | {plan} |")
+                 f"{r['predicted_s'] * 1e3:.0f} | {ratio:.2f} | {r['link_mb_per_host']:.1f} | "
+                 f"{r.get('model_link_mb_per_host', float('nan')):.1f} | {plan} |")
   gaps = hybrid_gaps(report)
   worst = max(gaps, key=lambda g: g[2]) if gaps else None
   lines += ["", "Targets (ratios from this one run):", "",
@@ -532,16 +570,16 @@ def notes(report) -> list[str]:
   cal = (two.get("calibration") or {}).get("inter") or {}
   out = ["## What the model can and cannot explain", ""]
   if cal.get("gbps"):
-    # Two cross groups share each host link during calibration, each rank sending n per allreduce of 2.
+    # The calibration's inter bandwidth is per host link (both cross groups of a host share it).
     out.append(f"- **The links are not what limits here.** Across hosts the calibration gives {cal['gbps'] * 1e3:.0f} MB/s per "
-               f"rank with 2 flows per host link, i.e. about {2 * cal['gbps'] * 8e3:.0f} Mbit/s per link against "
+               f"host link, i.e. about {cal['gbps'] * 8e3:.0f} Mbit/s against "
                f"{report['setup']['rate']} configured: TCP between namespaces runs in the kernel's (here gVisor's) "
                "network stack on the same 2 cores as the ranks, so the 'network' is CPU-bound and slows whenever "
                "the ranks compute. The model's inter-node beta is that CPU-bound rate, not the tc rate.")
   out.append("- **alpha is scheduling, not wire latency.** tc here has no netem (no delay), so a small allreduce "
              "should cost microseconds; it costs hundreds of milliseconds because 4 ranks, Horovod's background "
              "threads (a 1 ms cycle each) and other jobs share 2 cores. That alpha is large and noisy, so the "
-             "fits (alpha + 2(g-1)/g n beta through 3 sizes) predict latency-bound rows poorly.")
+             "fits (a line through 3 sizes per level) predict latency-bound rows poorly.")
   if {"flat", "hier"} <= link.keys():
     out.append(f"- **Why flat is not slower than hier on 2 x 2.** For ResNet-50's gradients each host sent "
                f"{link['flat']['link_mb_per_host']:.0f} MB on its link with flat and {link['hier']['link_mb_per_host']:.0f} MB "
@@ -553,13 +591,14 @@ def notes(report) -> list[str]:
                "This is the first measurement's puzzle (flat 25 MB 1.4 s, the three phases no faster): the "
                "cross-host phase of hier moves as many bytes per host link as "
                "flat does, and two concurrent pairs share each link.")
-  out.append("- **What the model gets wrong by construction.** comm/cost_model.py charges flat across nodes as a "
-             "ring (1.5 n per host on 2 x 2) at the cross level's per-rank bandwidth, and that bandwidth was measured "
-             "with both cross groups sharing each host link; it has no term for the bytes per node link, which is "
-             "what the link column shows to decide the time. So it over-predicts flat and prefers hier, and "
-             "hybrid follows it into the slower choice. A model of the node's link (bytes crossing each node link / "
-             "link rate, with the rate from the calibration's 2 flows) would predict flat's n per host instead; "
-             "that belongs in comm/cost_model.py.")
+  if {"flat", "hier"} <= link.keys() and "model_link_mb_per_host" in link["flat"]:
+    out.append(f"- **What the model charges the link.** comm/cost_model.py counts bytes per host link: flat "
+               f"(Open MPI's hierarchy-aware allreduce) and hier's cross phase both 2(c-1)/c n, i.e. "
+               f"{link['flat']['model_link_mb_per_host']:.0f} and {link['hier']['model_link_mb_per_host']:.0f} MB per "
+               f"host for ResNet-50 on 2 x 2 against {link['flat']['link_mb_per_host']:.0f} and "
+               f"{link['hier']['link_mb_per_host']:.0f} MB measured. With the same link bytes hier only adds "
+               "two in-node calls, so hybrid keeps flat under MPI; hier can win only against a ring flat "
+               "(Gloo, NCCL: 2(g-1)/g n per host), the simulation below.")
   out.append("- **Training efficiency here measures the shared cores.** N=1 has both cores to itself; at N=2 and "
              "4 the ranks of every emulated host share the same 2 cores with each other, with Horovod's and Open "
              "MPI's polling threads and with other jobs, so S_N falls far more than communication explains (see "
