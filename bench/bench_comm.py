@@ -29,7 +29,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from progress import emit  # noqa: E402
+
 KB, MB = 1 << 10, 1 << 20
+
+
+def say(line: str) -> None:
+  """A worker's line on stdout in one write (mpirun tags each write; print splits the newline)."""
+  emit(line, sys.stdout)
 SIZES = [4 * KB, 64 * KB, 1 * MB, 16 * MB, 256 * MB]
 # (np, ranks per node, gloo): ranks 2 and 4 (4 as 2 nodes of 2), MPI and Gloo.
 # The 4-rank MPI launch first: it carries the performance target.
@@ -73,8 +80,8 @@ def record(out, kind, algorithm, args, world, nbytes, seconds, **extra):
     with open(args.out, "w") as fh:  # after every figure: a stopped launch keeps what it measured
       json.dump(out, fh)
     label = extra.get("gradient_set") or f"{nbytes / MB:9.3f} MB"
-    print(f"{row['controller']} np{world.size} rpn{world.local_size} {kind:9s} {label:>12s} {algorithm:14s} "
-          f"{seconds * 1e3:9.2f} ms  algbw {algbw:7.3f}  busbw {row['busbw_GBps']:7.3f} GB/s", flush=True)
+    say(f"{row['controller']} np{world.size} rpn{world.local_size} {kind:9s} {label:>12s} {algorithm:14s} "
+        f"{seconds * 1e3:9.2f} ms  algbw {algbw:7.3f}  busbw {row['busbw_GBps']:7.3f} GB/s")
 
 
 def worker(args):
@@ -100,14 +107,13 @@ def worker(args):
       "hier": CommConfig("hier", THRESHOLD_MB),
       "hybrid": CommConfig("hybrid", THRESHOLD_MB),
       "flat+fp16": CommConfig("flat", THRESHOLD_MB, compression="fp16"),
-      # One bucket per gradient set: Horovod then reduces it in place; smaller
-      # buckets ready together are fused again by Horovod (two more copies).
+      # One bucket per gradient set: one grouped allreduce of every gradient.
       "flat 128MB": CommConfig("flat", 128.0),
   }.items()}
   if world.is_chief:
     m = exchanges["hybrid"].model
-    print(f"hybrid cost model (probe): in node {m.intra.alpha * 1e6:.0f} us + {m.intra.gbps:.2f} GB/s, "
-          f"across nodes {m.inter.alpha * 1e6:.0f} us + {m.inter.gbps:.2f} GB/s", flush=True)
+    say(f"hybrid cost model (probe): in node {m.intra.alpha * 1e6:.0f} us + {m.intra.gbps:.2f} GB/s, "
+        f"across nodes {m.inter.alpha * 1e6:.0f} us + {m.inter.gbps:.2f} GB/s")
 
   def floor(buffers):
     results = [np.empty_like(b) for b in buffers]
@@ -121,16 +127,16 @@ def worker(args):
       fns = {name: (lambda f=tf.function(e): [g.numpy() for g in f(grads)]) for name, e in exchanges.items()}
       if mpi:
         fns["mpi4py"] = floor([np.ones(nbytes // 4, np.float32)])
-      results = timed_rounds(fns, 3, hvd)
+      results = timed_rounds(fns, 5, hvd)
       for name, seconds in results.items():
         plan = exchanges[name].plan if name in exchanges else []
         record(out, "gradients", name, args, world, nbytes, seconds, gradient_set=model,
                buckets=len(plan), plan=[p["algorithm"] for p in plan])
       best = min(("flat", "hier", "hybrid", "flat 128MB"), key=results.get)
       if world.is_chief:
-        print(f"RATIO {model} np{world.size} rpn{world.local_size} {'gloo' if args.gloo else 'mpi'}: "
-              f"horovod / {best} = {results['horovod'] / results[best]:.3f} "
-              f"(fp32; flat+fp16: {results['horovod'] / results['flat+fp16']:.3f})", flush=True)
+        say(f"RATIO {model} np{world.size} rpn{world.local_size} {'gloo' if args.gloo else 'mpi'}: "
+            f"horovod / {best} = {results['horovod'] / results[best]:.3f} "
+            f"(fp32; flat+fp16: {results['horovod'] / results['flat+fp16']:.3f})")
       del grads
 
   if "sweep" in args.modes:
@@ -199,8 +205,8 @@ def overlap(args, world, hvd, exchanges):
       if world.is_chief:
         with open(args.out + ".overlap", "w") as fh:
           json.dump(rows, fh)
-        print(f"OVERLAP np{world.size} {name:9s} {variant:14s}: compute {t['compute'] * 1e3:.0f} ms, exchange "
-              f"{t['exchange'] * 1e3:.0f} ms, step {t[variant] * 1e3:.0f} ms, hidden {hidden:.0%}", flush=True)
+        say(f"OVERLAP np{world.size} {name:9s} {variant:14s}: compute {t['compute'] * 1e3:.0f} ms, exchange "
+            f"{t['exchange'] * 1e3:.0f} ms, step {t[variant] * 1e3:.0f} ms, hidden {hidden:.0%}")
   return rows
 
 

