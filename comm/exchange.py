@@ -121,6 +121,7 @@ def make_gradient_exchange(config: CommConfig, hvd, world: World, log=None) -> G
   if config.allreduce == "hybrid":
     model = cost_model.parse(config.hybrid_cost) if config.hybrid_cost != "probe" else probe.measure(hvd, world, groups)
     if log:
-      log("hybrid cost model: in node %.0f us + %.2f GB/s, across nodes %.0f us + %.2f GB/s",
-          model.intra.alpha * 1e6, model.intra.gbps, model.inter.alpha * 1e6, model.inter.gbps)
+      log("hybrid cost model: in node %.0f us + %.2f GB/s per rank, across nodes %.0f us + %.2f GB/s per host "
+          "link, flat as %s", model.intra.alpha * 1e6, model.intra.gbps, model.inter.alpha * 1e6, model.inter.gbps,
+          model.flat)
   return GradientExchange(config, hvd, world, groups, model, log)

@@ -15,7 +15,7 @@ class CommConfig:
   fusion_threshold_mb: float = 32.0  # bucket size of flat/hier/hybrid, MB (2^20 bytes)
   compression: str = "none"          # dtype on the wire: none | fp16
   ranks_per_node: int = 0            # 0: the hosts' own layout
-  hybrid_cost: str = "probe"         # probe | ALPHA_INTRA_US,GBPS_INTRA,ALPHA_INTER_US,GBPS_INTER
+  hybrid_cost: str = "probe"         # probe | ALPHA_INTRA_US,GBPS_INTRA,ALPHA_INTER_US,GBPS_INTER[,mpi|ring]
 
 
 def define() -> None:
@@ -57,8 +57,8 @@ def build(f) -> CommConfig:
       parse(f.hybrid_cost)
     except ValueError:
       raise ConfigError(f"--hybrid_cost={f.hybrid_cost!r} is neither 'probe' nor four positive "
-                        "numbers ALPHA_INTRA_US,GBPS_INTRA,ALPHA_INTER_US,GBPS_INTER, e.g. "
-                        "--hybrid_cost=300,5,300,1.") from None
+                        "numbers ALPHA_INTRA_US,GBPS_INTRA,ALPHA_INTER_US,GBPS_INTER and an optional "
+                        "flat model mpi or ring, e.g. --hybrid_cost=300,5,300,12.5,ring.") from None
   return CommConfig(allreduce=f.allreduce, fusion_threshold_mb=f.fusion_threshold_mb,
                     compression=f.compression, ranks_per_node=f.ranks_per_node,
                     hybrid_cost=f.hybrid_cost)

@@ -29,13 +29,14 @@ SMALL = [((), "float32"), ((1,), "float32"), ((7,), "float32"), ((3, 5), "float3
          ((0, 3), "float16"), ((257,), "float16"), ((), "bfloat16"), ((11, 3), "bfloat16"),
          ((0,), "bfloat16"), ((999,), "bfloat16"), ((64, 10), "float32")]
 # Thresholds small enough that the small list spans several buckets and the
-# gradient sets many; the given cost model makes big buckets hier, small ones flat.
+# gradient sets many; the given cost model (a ring flat, as Gloo's or NCCL's, over a slow
+# host link) makes big buckets hier, small ones flat.
 SETTINGS = [
     CommConfig("horovod"), CommConfig("horovod", compression="fp16"),
     CommConfig("flat", fusion_threshold_mb=0.002), CommConfig("flat", fusion_threshold_mb=0.002, compression="fp16"),
     CommConfig("hier", fusion_threshold_mb=0.002), CommConfig("hier", fusion_threshold_mb=0.002, compression="fp16"),
     CommConfig("hybrid", fusion_threshold_mb=0.002),
-    CommConfig("hybrid", fusion_threshold_mb=0.002, hybrid_cost="500,100,1000,0.001"),
+    CommConfig("hybrid", fusion_threshold_mb=0.002, hybrid_cost="500,100,1000,0.001,ring"),
 ]
 BIG_SETTINGS = [CommConfig("horovod"), CommConfig("flat", fusion_threshold_mb=16),
                 CommConfig("hier", fusion_threshold_mb=16), CommConfig("hybrid", fusion_threshold_mb=16)]
