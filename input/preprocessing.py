@@ -11,6 +11,7 @@ Both normalise with the data set's per-channel mean and std and return the
 requested dtype. Randomness is stateless, so (seed, example position) fixes the
 crop and flip: a resumed run sees the same augmented images.
 """
+import numpy as np
 import tensorflow as tf
 
 # Evaluation crop: shorter side resized to 256 for a 224 crop (ResNet, AlexNet papers).
@@ -44,9 +45,16 @@ def _decode_window(encoded, window):
 
 def normalise(image, mean, std, dtype=tf.float32):
   """Pixels in 0..255 -> (x / 255 - mean) / std, cast to dtype."""
-  # One multiply-add per pixel: x * 1/(255 std) - mean/std.
-  scale = 1.0 / (255.0 * tf.constant(std, tf.float32))
-  return tf.cast(tf.cast(image, tf.float32) * scale - tf.constant(mean, tf.float32) / std, dtype)
+  # One multiply-add per pixel: x * 1/(255 std) - mean/std. With the image's
+  # shape known (every resized image), scale and offset are constants of that
+  # full shape: Eigen broadcasts a 3-vector over (224, 224, 3) element by
+  # element, and that broadcast alone took a fifth of the training pipeline
+  # (bench-input: 845 -> 1,033 images/s on 2 cores; without normalising 1,100).
+  scale = 1.0 / (255.0 * np.asarray(std, np.float32))
+  offset = np.asarray(mean, np.float32) / np.asarray(std, np.float32)
+  if image.shape.is_fully_defined():
+    scale, offset = (np.broadcast_to(v, image.shape).copy() for v in (scale, offset))
+  return tf.cast(tf.cast(image, tf.float32) * tf.constant(scale) - tf.constant(offset), dtype)
 
 
 def crop_window(shape, boxes, seed):
