@@ -76,14 +76,63 @@ def median(xs):
 
 
 # ------------------------------------------------------------------ model --
-def predict(algorithm: str, model, world, bucket_bytes: list[int]) -> float:
-  """Seconds the cost model gives one exchange of these buckets (stock horovod: flat per fused buffer)."""
+def fuse(sizes: list[float], threshold: float) -> list[float]:
+  """The byte sizes of the fused collectives Horovod runs for ready requests of one kind, in order.
+
+  Horovod's Controller::FuseResponses (horovod/common/controller.cc, 0.28):
+  the first ready response takes the next ones of the same kind, dtype and
+  scaling while the total stays within HOROVOD_FUSION_THRESHOLD; allreduce,
+  reduce-scatter and allgather (output bytes) fuse alike. Its look-ahead past
+  a response that does not fit only helps mixed dtypes, so with one dtype
+  this is the greedy run below. Grouped allreduces fuse the same way: a group
+  only makes its tensors ready together, it is not one collective.
+  """
+  out: list[float] = []
+  for n in sizes:
+    if out and out[-1] + n <= threshold:
+      out[-1] += n
+    else:
+      out.append(n)
+  return out
+
+
+def predict(algorithm: str, model, world, buckets: list[list[int]], fusion_bytes: float) -> float:
+  """Seconds the cost model gives one exchange when every bucket is ready at once (the bench's replay).
+
+  buckets: per bucket of comm/fusion.py, its tensors' bytes; for stock
+  horovod one bucket per tensor. alpha is paid per collective Horovod runs,
+  not per bucket: flat's grouped allreduces and horovod's per-tensor ones
+  fuse into responses of up to fusion_bytes (HOROVOD_FUSION_THRESHOLD), and
+  so do hier's reduce-scatters, cross allreduces and allgathers, phase by
+  phase (ResNet-50's 97.5 MB: 2 flat calls, not 4 buckets; measured 331 ms
+  on 1x4 against 684 predicted per bucket). The bytes term is the one of
+  comm/cost_model.py, linear in n, so fusing changes only the count of
+  alphas. hybrid: each bucket flat or hier by cost_model.choose, as
+  comm/exchange.py plans it. In training, buckets are ready at different
+  times and fuse less; this is the replay's upper bound on fusion.
+  """
   from comm import cost_model
-  if algorithm == "hier":
-    return sum(cost_model.hier_time(model, world, n) for n in bucket_bytes)
-  if algorithm == "hybrid":
-    return sum(cost_model.choose(model, world, n)[1] for n in bucket_bytes)
-  return sum(cost_model.flat_time(model, world, n) for n in bucket_bytes)
+  local, cross = world.local_size, world.cross_size
+  kinds = [cost_model.choose(model, world, sum(b))[0] if algorithm == "hybrid" else
+           ("hier" if algorithm == "hier" else "flat") for b in buckets]
+  flat = [n for b, kind in zip(buckets, kinds) if kind == "flat" for n in b]
+  hier = [sum(b) for b, kind in zip(buckets, kinds) if kind == "hier"]
+  seconds = sum(cost_model.flat_time(model, world, m) for m in fuse(flat, fusion_bytes))
+  # hier's phases (cost_model.hier_time): reduce-scatter and allgather of n in the node,
+  # the L cross allreduces of n/L sharing the host link.
+  seconds += 2 * sum(cost_model.scatter_time(model.intra, local, m) for m in fuse(hier, fusion_bytes))
+  seconds += sum(cost_model.allreduce_time(model.inter, cross, m, sharing=local)
+                 for m in fuse([n / local for n in hier], fusion_bytes))
+  return seconds
+
+
+def case_buckets(algorithm: str, tensor_bytes: list[int]) -> list[list[int]]:
+  """Per bucket its tensors' bytes, as comm/exchange.py buckets float32 gradients; stock horovod one per tensor."""
+  if algorithm == "horovod":
+    return [[n] for n in tensor_bytes]
+  from comm import fusion
+  plan = fusion.plan([(n // 4, "float32") for n in tensor_bytes], int(THRESHOLD_MB * MB))
+  return [[tensor_bytes[i] for i in b] for b in plan]
 
 
 def link_mb_per_host(algorithm: str, model, world, bucket_bytes: list[int]) -> float:
@@ -185,7 +234,7 @@ def worker(args):
   import numpy as np
   import tensorflow as tf
 
-  from comm import fusion, gradient_sets, hierarchical
+  from comm import gradient_sets, hierarchical
   from comm.cost_model import CostModel, Link, fit
   from comm.exchange import GradientExchange
   from comm.topology import World
@@ -272,14 +321,10 @@ def worker(args):
                                     hvd, world, groups, model)
         fns[algorithm] = tf.function(exchange)
         fns[algorithm](grads)  # trace and warm up; fills exchange.plan
-        if algorithm == "horovod":
-          buckets = fusion.plan([(int(np.prod(s)), "float32") for s in shapes], int(HOROVOD_FUSION_MB * MB))
-          bucket_bytes = [sum(int(np.prod(shapes[i])) * 4 for i in b) for b in buckets]
-        else:
-          bucket_bytes = [p["bytes"] for p in exchange.plan]
-        preds[algorithm] = (predict(algorithm, model, world, bucket_bytes),
+        buckets = case_buckets(algorithm, [int(np.prod(s)) * 4 for s in shapes])
+        preds[algorithm] = (predict(algorithm, model, world, buckets, HOROVOD_FUSION_MB * MB),
                             [p["algorithm"] for p in exchange.plan],
-                            link_mb_per_host(algorithm, model, world, bucket_bytes))
+                            link_mb_per_host(algorithm, model, world, [sum(b) for b in buckets]))
       times = {a: [] for a in ALGORITHMS}
       link = {a: [] for a in ALGORITHMS}
       repeats = args.repeats if total <= 64 * MB else max(2, args.repeats - 1)

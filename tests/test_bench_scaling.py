@@ -16,16 +16,53 @@ TWO_BY_TWO = World(size=4, local_size=2, cross_size=2)
 ONE_NODE = World(size=4, local_size=4, cross_size=1)
 
 
-@pytest.mark.parametrize("algorithm, want", [
-    # per 1e8 bucket: flat a_out + n b_in + n b_out = 1.102; the 5e7 one 2e-3 + 0.05 + 0.5
-    ("flat", 2 * 1.102 + 0.552),
-    ("horovod", 2 * 1.102 + 0.552),
-    # hier: 2 (a_in + n/2 b_in) + a_out + n b_out = 1.104 and 0.554
-    ("hier", 2 * 1.104 + 0.554),
-    ("hybrid", 2 * 1.102 + 0.552),
+@pytest.mark.parametrize("sizes, threshold, want", [
+    ([32, 32, 32, 1.5], 64, [64, 33.5]),  # ResNet-50's 4 buckets at 64 MB: 2 collectives
+    ([40, 30, 20], 64, [40, 50]),         # a response that does not fit closes the run
+    ([70, 1], 64, [70, 1]),               # above the threshold: alone
+    ([1, 1, 1, 1, 1], 2, [2, 2, 1]),
+    ([], 64, []),
 ])
-def test_predict_sums_over_buckets(algorithm, want):
-  assert bs.predict(algorithm, M, TWO_BY_TWO, [100_000_000, 100_000_000, 50_000_000]) == pytest.approx(want)
+def test_fuse_like_horovod(sizes, threshold, want):
+  assert bs.fuse(sizes, threshold) == want
+
+
+BUCKETS = [[60_000_000, 40_000_000], [100_000_000], [50_000_000]]
+
+
+@pytest.mark.parametrize("algorithm, model, buckets, fusion_bytes, want", [
+    # flat: tensors 6e7 4e7 | 1e8 | 5e7 fuse at 1.6e8 into 1e8 and 1.5e8: 2 calls of
+    # a_out + n b_in + n b_out, 2 * 2e-3 + 2.5e8 * 1.1e-8
+    ("flat", M, BUCKETS, 1.6e8, 2 * 2e-3 + 2.75),
+    ("flat", M, BUCKETS, 1.0, 4 * 2e-3 + 2.75),  # no fusion: one call per tensor
+    ("horovod", M, [[n] for b in BUCKETS for n in b], 1.6e8, 2 * 2e-3 + 2.75),
+    # hier: buckets 1e8 1e8 5e7 fuse into 1e8 and 1.5e8 for the reduce-scatter and the
+    # allgather (2 x (2 a_in + 2.5e8/2 b_in)); the cross halves 5e7 5e7 2.5e7 into one
+    # allreduce whose 2 groups share the link: a_out + 2 * 1.25e8 b_out
+    ("hier", M, BUCKETS, 1.6e8, 2 * (2e-3 + 0.125) + 2e-3 + 2.5),
+    ("hybrid", M, BUCKETS, 1.6e8, 2 * 2e-3 + 2.75),  # an mpi flat never loses to hier
+    # against a ring hybrid sends the 1e8 bucket hier (1.104) and the 1e5 one flat
+    # (a_out + 1.5e5 b_out)
+    ("hybrid", RING, [[100_000_000], [100_000]], 1.6e8, 1.104 + 2e-3 + 1.5e-3),
+])
+def test_predict_pays_alpha_per_fused_collective(algorithm, model, buckets, fusion_bytes, want):
+  assert bs.predict(algorithm, model, TWO_BY_TWO, buckets, fusion_bytes) == pytest.approx(want)
+
+
+@pytest.mark.parametrize("world", [TWO_BY_TWO, ONE_NODE])
+def test_predict_one_buffer_is_the_cost_model(world):
+  n = 32 * MB  # the single-buffer rows: one collective, as calibrated
+  assert bs.predict("flat", M, world, [[n]], 64 * MB) == pytest.approx(cost_model.flat_time(M, world, n))
+  assert bs.predict("hier", M, world, [[n]], 64 * MB) == pytest.approx(cost_model.hier_time(M, world, n))
+
+
+@pytest.mark.parametrize("algorithm, want", [
+    ("horovod", [[4 * MB], [40 * MB], [8 * MB]]),
+    # comm/fusion.py walks backprop order: 40 MB alone (above 32 MB), then 8 + 4 MB
+    ("flat", [[40 * MB], [8 * MB, 4 * MB]]),
+])
+def test_case_buckets(algorithm, want):
+  assert bs.case_buckets(algorithm, [4 * MB, 40 * MB, 8 * MB]) == want
 
 
 @pytest.mark.parametrize("algorithm, model, world, want_mb", [
