@@ -8,15 +8,17 @@ its own name 'imcb' and subnet 198.18.30.0/24, links RATE each way) and runs
 horovodrun launches in it; rank 0 of each writes what it measured:
 
   comm       topologies 1 host x 4 ranks, 2 x 2 and 4 x 1. First the cost model
-             (comm/cost_model.py) is calibrated per level: allreduces of 3-4 sizes
-             inside a node (all node groups at once, each on its own host: beta
-             per rank) and across nodes (all cross groups at once, the L groups of
-             a host sharing its link: beta per host link), each fitted by
-             cost_model.fit. Then flat, hier, hybrid (comm/exchange.py, 32 MB
+             (comm/cost_model.py) is calibrated per level: allreduces of 4 sizes,
+             --repeats times each (medians), in a tf.function as the exchanges
+             call them, inside a node (all node groups at once, each on its own
+             host: beta per rank) and across nodes (all cross groups at once, the
+             L groups of a host sharing its link: beta per host link), each fitted
+             by cost_model.fit. Then flat, hier, hybrid (comm/exchange.py, 32 MB
              buckets) and stock horovod exchange buffers of 1-64 MB and the
-             ResNet-50 and AlexNet gradient sets; the model's prediction (sum over
-             buckets) stands beside each median, and so do the bytes each host
-             sent on its link and the bytes the model says cross it.
+             ResNet-50 and AlexNet gradient sets; the model's prediction (one
+             alpha per collective after Horovod's fusion, see predict) stands
+             beside each median, and so do the bytes each host sent on its link
+             and the bytes the model says cross it.
   training   ranks N = 1 (1x1), 2 (2 hosts x 1), 4 (2 x 2): seconds per step of a
              synthetic-data SGD step (the CIFAR ResNet-20 at 32x32 and ResNet-50
              at 64x64, batch 16 per rank) per algorithm, and of the same step
@@ -52,7 +54,9 @@ CLUSTER, SUBNET, HOSTS = "imcb", "198.18.30", 4
 IFACE = f"{CLUSTER}0"
 # The default fits a busy 2-core machine in about 15 minutes; --full adds larger
 # buffers, AlexNet's gradients (244 MB), the 4 x 1 topology and ResNet-50 training.
-CALIBRATION_SIZES = [64 * KB, 4 * MB, 16 * MB]
+# Calibration: 4 sizes each level, every size timed --repeats times (medians); all stay
+# under glibc's 32 MB mmap ceiling (see MALLOC_ENV).
+CALIBRATION_SIZES = [64 * KB, 1 * MB, 4 * MB, 16 * MB]
 SIZES = [1 * MB, 8 * MB, 32 * MB]
 GRADIENT_SETS = ["resnet50"]
 FULL = {"sizes": [1 * MB, 4 * MB, 16 * MB, 64 * MB], "gradient_sets": ["resnet50", "alexnet"],
@@ -61,6 +65,15 @@ ALGORITHMS = ["flat", "hier", "hybrid", "horovod"]
 TRAIN_VARIANTS = ["horovod", "hybrid"]
 THRESHOLD_MB = 32.0
 HOROVOD_FUSION_MB = 64.0  # HOROVOD_FUSION_THRESHOLD set for the launches (the Slurm scripts' value)
+# On 1x4 flat took 38, 47 and 189 ms for 1, 8 and 32 MB (0.8 GB/s from 1 to 8 MB,
+# 0.17 from 8 to 32), while ResNet-50's 97.5 MB, no tensor over 10 MB, took 331 ms.
+# The likely cause: glibc's malloc gives a block of 32 MB or more a fresh mmap on
+# every call (its dynamic mmap threshold stops at 32 MB), so a 32 MB output tensor
+# (or hier's 32 MB packed bucket) is first-touched, page fault by page fault, on
+# every exchange, while smaller blocks come back warm from the heap. The launches
+# keep every block on the heap and never hand it back, so all sizes run on warm
+# memory, as Horovod's fusion buffer does.
+MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(4 << 30)}
 # (name, hosts, ranks per host, measure comm, measure training)
 LAUNCHES = [("1x1", 1, 1, False, True), ("2x1", 2, 1, False, True), ("2x2", 2, 2, True, True),
             ("1x4", 1, 4, True, False), ("4x1", 4, 1, True, False)]
@@ -276,32 +289,52 @@ def worker(args):
             "nodes": world.cross_size}
 
   # -------------------------------------------- calibration, per level --
-  def level_points(process_set, ranks, tag):
-    points = []
+  def level_points(collective, tag):
+    """(bytes, seconds) per calibration size: the median over repeats of the slowest rank.
+
+    collective(x, name) is the call the measured exchanges make, run as they
+    run it: inside a tf.function, under one stable name per size, the result
+    fetched with .numpy(). The eager allreduces under a new name per call
+    that this replaced cost more per call than the exchanges (1x4: 65-78 ms at
+    64 KB-4 MB, against 38 ms for a whole 1 MB flat exchange), so their alpha
+    over-predicted every latency-bound row; eager dispatch and a Horovod
+    response-cache miss for each new name are the likely extra costs.
+    Sizes take turns within a repeat, so load from elsewhere hits them alike.
+    """
+    rng = np.random.default_rng(world.rank)
+    xs = {n: tf.constant(rng.standard_normal(n // 4).astype(np.float32)) for n in CALIBRATION_SIZES}
+    fns = {n: tf.function(lambda x, n=n: collective(x, f"{tag}_{n}")) for n in CALIBRATION_SIZES}
     for n in CALIBRATION_SIZES:
-      x = tf.zeros([n // 4])
-      hvd.allreduce(x, op=hvd.Sum, process_set=process_set, name=f"{tag}_w{n}")
-      times = []
-      for i in range(args.repeats):
+      fns[n](xs[n]).numpy()  # trace and warm up
+    times = {n: [] for n in CALIBRATION_SIZES}
+    for _ in range(args.repeats):
+      for n in CALIBRATION_SIZES:
         sync()
         start = time.perf_counter()
-        hvd.allreduce(x, op=hvd.Sum, process_set=process_set, name=f"{tag}_{n}_{i}").numpy()
-        times.append(time.perf_counter() - start)
-      points.append((n, median(slowest(times))))
-      if world.rank == 0:
-        print(f"{args.launch} calibration {tag} {n} bytes: {points[-1][1] * 1e3:.1f} ms", file=sys.stderr, flush=True)
+        fns[n](xs[n]).numpy()
+        times[n].append(time.perf_counter() - start)
+    points = [(n, median(slowest(times[n]))) for n in CALIBRATION_SIZES]
+    if world.rank == 0:
+      print(f"{args.launch} calibration {tag}: " + ", ".join(f"{n} bytes {t * 1e3:.1f} ms" for n, t in points),
+            file=sys.stderr, flush=True)
     return points
 
   if args.comm:
     # Every group of a level at once, as hier's phases run (and comm/probe.py): the local_size
     # cross groups of a host share its link, so the inter beta comes out per host link.
-    intra_pts = level_points(groups.node, world.local_size, "cal_node") if groups.node is not None else []
-    inter_pts = level_points(groups.cross, world.cross_size, "cal_cross") if groups.cross is not None else []
+    # In the node flat's call (one grouped allreduce, averaged; on 1 x 4 the flat exchange of
+    # one buffer itself); across nodes hier's cross call (an allreduce of sums).
+    intra_pts = (level_points(lambda x, name: hvd.grouped_allreduce([x], op=hvd.Average, process_set=groups.node,
+                                                                     name=name)[0], "cal_node")
+                 if groups.node is not None else [])
+    inter_pts = (level_points(lambda x, name: hvd.allreduce(x, op=hvd.Sum, process_set=groups.cross, name=name),
+                              "cal_cross")
+                 if groups.cross is not None else [])
     intra = fit(world.local_size, intra_pts) if intra_pts else Link(0.0, 0.0)
     inter = fit(world.cross_size, inter_pts, sharing=world.local_size) if inter_pts else Link(0.0, 0.0)
     model = CostModel(intra=intra, inter=inter, flat="ring" if hvd.gloo_enabled() else "mpi")
     result["calibration"] = {
-        "flat": model.flat,
+        "flat": model.flat, "repeats": args.repeats, "path": "tf.function, stable names",
         "intra": {"alpha_us": intra.alpha * 1e6, "gbps": intra.gbps if intra.beta else None,
                   "per": "rank", "points": intra_pts},
         "inter": {"alpha_us": inter.alpha * 1e6, "gbps": inter.gbps if inter.beta else None,
@@ -327,8 +360,7 @@ def worker(args):
                             link_mb_per_host(algorithm, model, world, [sum(b) for b in buckets]))
       times = {a: [] for a in ALGORITHMS}
       link = {a: [] for a in ALGORITHMS}
-      repeats = args.repeats if total <= 64 * MB else max(2, args.repeats - 1)
-      for _ in range(repeats):  # algorithms take turns, so load from elsewhere hits them alike
+      for _ in range(args.repeats):  # algorithms take turns, so load from elsewhere hits them alike
         for algorithm in ALGORITHMS:
           sync()
           before = link_bytes()
@@ -419,9 +451,10 @@ def launch(name, hosts, per_host, comm, training, args, workdir, hybrid_cost="")
   # mpirun, not horovodrun: horovodrun's interface check fails inside a namespace when every
   # host is local. hier adds its process sets after hvd.init (comm/hierarchical.py).
   cmd = ["run", "env", f"HOROVOD_FUSION_THRESHOLD={int(HOROVOD_FUSION_MB * MB)}", "HOROVOD_DYNAMIC_PROCESS_SETS=1",
+         *(f"{k}={v}" for k, v in MALLOC_ENV.items()),
          "mpirun", "-np", str(hosts * per_host), "-H", host_list, "--bind-to", "none", "--map-by", "slot",
          "--tag-output", "-x", "PATH", "-x", "TF_CPP_MIN_LOG_LEVEL", "-x", "HOROVOD_FUSION_THRESHOLD",
-         "-x", "HOROVOD_DYNAMIC_PROCESS_SETS",
+         "-x", "HOROVOD_DYNAMIC_PROCESS_SETS", *(x for k in MALLOC_ENV for x in ("-x", k)),
          sys.executable, os.path.abspath(__file__), "--worker", f"--launch={name}", f"--out={out}",
          f"--iface={IFACE}", f"--repeats={args.repeats}", f"--train_steps={args.train_steps}"]
   cmd += ["--comm"] if comm else []
@@ -465,6 +498,7 @@ def driver(args):
   report = {"setup": {"rate": args.rate, "hosts": HOSTS, "cores": os.cpu_count(),
                       "threshold_mb": THRESHOLD_MB, "horovod_fusion_mb": HOROVOD_FUSION_MB,
                       "repeats": args.repeats, "train_steps": args.train_steps, "full": args.full,
+                      "malloc_env": MALLOC_ENV,
                       "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
             "launches": launches, "simulation": simulation(launches.get("2x2"))}
   with open(path, "w") as fh:
@@ -541,18 +575,41 @@ def training_table(report):
   return rows
 
 
+def calibration_range(report) -> str:
+  """'64 KB-16 MB': the smallest and largest calibration size of the run."""
+  sizes = [p[0] for launch in report["launches"].values() if launch and "calibration" in launch
+           for level in ("intra", "inter") for p in launch["calibration"][level]["points"]]
+  if not sizes:
+    return "no sizes"
+  fmt = lambda n: f"{n / MB:g} MB" if n >= MB else f"{n / KB:g} KB"
+  return f"{fmt(min(sizes))}-{fmt(max(sizes))}"
+
+
+def calibrated_in_function(report) -> bool:
+  """Whether the run calibrated through tf.function (runs before that timed eager calls)."""
+  return any("path" in (launch.get("calibration") or {}) for launch in report["launches"].values() if launch)
+
+
 def write_report(report, out_dir):
   """results/scaling.md and the two PNGs from the report dict; prints the tables too."""
   setup = report["setup"]
+  malloc = (f"malloc: {' '.join(f'{k}={v}' for k, v in setup['malloc_env'].items())} (blocks of 32 MB and more "
+            "stay on the heap; glibc's default mmaps them afresh, first-touched, on every call). "
+            if setup.get("malloc_env") else "malloc: glibc's defaults. ")
+  how = ("Each size is the median of the repeats, sizes taking turns; the calls are the exchanges' own (in the "
+         "node flat's grouped allreduce, across nodes hier's cross allreduce), in a tf.function under stable "
+         "names, as the measured rows run them." if calibrated_in_function(report) else
+         "Each size timed by eager allreduces, each under a new name.")
   lines = [f"# Scaling on the emulated cluster ({setup['date']})", "",
            f"Emulated hosts: network namespaces on one {setup['cores']}-core machine, links {setup['rate']} "
            f"each way (tc tbf). Buckets {setup['threshold_mb']:g} MB (flat/hier/hybrid); stock horovod with "
            f"HOROVOD_FUSION_THRESHOLD={setup['horovod_fusion_mb']:g} MB. Medians of {setup['repeats']} repeats, "
-           "each the slowest rank's time; algorithms take turns within each repeat. float32 buffers. "
+           "each the slowest rank's time; algorithms take turns within each repeat. float32 buffers. " + malloc +
            "Every 'host' shares the same cores, and other work ran on the machine meanwhile.", "",
-           "## Calibration (alpha-beta per level, fitted to allreduces of 64 KB-24 MB, all groups of a level at once)", "",
+           f"## Calibration (alpha-beta per level, fitted to allreduces of {calibration_range(report)}, "
+           "all groups of a level at once)", "",
            "Inside a node the bandwidth is per rank; across nodes it is per host link, the host's cross groups "
-           "sharing it (comm/cost_model.py).", "",
+           f"sharing it (comm/cost_model.py). {how}", "",
            "| topology | level | group | alpha (us per call) | bandwidth (GB/s) | per |", "|---|---|---|---|---|---|"]
   for name in ("1x4", "2x2", "4x1"):
     launch = report["launches"].get(name)
@@ -623,8 +680,9 @@ def notes(report) -> list[str]:
                "the ranks compute. The model's inter-node beta is that CPU-bound rate, not the tc rate.")
   out.append("- **alpha is scheduling, not wire latency.** tc here has no netem (no delay), so a small allreduce "
              "should cost microseconds; it costs hundreds of milliseconds because 4 ranks, Horovod's background "
-             "threads (a 1 ms cycle each) and other jobs share 2 cores. That alpha is large and noisy, so the "
-             "fits (a line through 3 sizes per level) predict latency-bound rows poorly.")
+             "threads (a 1 ms cycle each) and other jobs share 2 cores. That alpha is large and noisy, and "
+             "the fits (a line through the medians of a few sizes per level) predict latency-bound rows "
+             "less well than bandwidth-bound ones.")
   if {"flat", "hier"} <= link.keys():
     out.append(f"- **Why flat is not slower than hier on 2 x 2.** For ResNet-50's gradients each host sent "
                f"{link['flat']['link_mb_per_host']:.0f} MB on its link with flat and {link['hier']['link_mb_per_host']:.0f} MB "
@@ -715,7 +773,10 @@ def _plots(report, out_dir):
 def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--rate", default="1gbit", help="link rate between emulated hosts (tc tbf), each way")
-  parser.add_argument("--repeats", type=int, default=2, help="timed repeats per algorithm and size (median)")
+  # 7: an odd count, so the median is one run; at 2 the 1x4 32 MB hybrid, the same plan as
+  # flat, came out 1.28 x flat. About 2 minutes more than 2 on the idle machine.
+  parser.add_argument("--repeats", type=int, default=7,
+                      help="timed repeats per algorithm and size, and per calibration size (median)")
   parser.add_argument("--train_steps", type=int, default=3, help="timed training steps per variant (median)")
   parser.add_argument("--full", action="store_true",
                       help="also 64 MB buffers, AlexNet's gradients, 4 hosts x 1 and ResNet-50 training")

@@ -135,3 +135,10 @@ def test_hybrid_gaps():
           [("flat", 1.0), ("hier", 2.0), ("hybrid", 1.05), ("horovod", 0.5)]]
   report = {"launches": {"2x2": {"comm": rows}}}
   assert bs.hybrid_gaps(report) == [("2x2", "8 MB", pytest.approx(1.05))]
+
+
+def test_calibration_range():
+  cal = lambda pts: {"calibration": {"intra": {"points": pts}, "inter": {"points": []}}}
+  report = {"launches": {"1x4": cal([[65536, 0.04], [16 * MB, 0.1]]), "2x2": cal([[MB, 0.05]]), "1x1": None}}
+  assert bs.calibration_range(report) == "64 KB-16 MB"
+  assert bs.calibration_range({"launches": {}}) == "no sizes"
