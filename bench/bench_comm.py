@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+from statistics import median
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -44,11 +45,6 @@ LAUNCHES = [(4, 2, False), (2, 0, True), (2, 0, False), (4, 2, True)]
 BUDGET_S = 600  # the whole benchmark; a launch past its share is stopped, keeping what it wrote
 SHARE = {(4, 2, False): 0.35, (2, 0, True): 0.2, (2, 0, False): 0.25, (4, 2, True): 0.2}
 THRESHOLD_MB = 32.0
-
-
-def median(xs):
-  xs = sorted(xs)
-  return xs[len(xs) // 2] if len(xs) % 2 else 0.5 * (xs[len(xs) // 2 - 1] + xs[len(xs) // 2])
 
 
 def timed_rounds(fns: dict, repeats: int, hvd) -> dict:

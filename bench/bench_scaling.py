@@ -44,10 +44,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from statistics import median
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from progress import emit  # noqa: E402  (one write per line: mpirun tags each write)
 
 KB, MB = 1 << 10, 1 << 20
 CLUSTER, SUBNET, HOSTS = "imcb", "198.18.30", 4
@@ -81,11 +84,6 @@ TRAIN_MODELS = [("resnet20", 10, (32, 32, 3))]
 FULL_TRAIN_MODELS = TRAIN_MODELS + [("resnet50", 1000, (64, 64, 3))]
 TRAIN_BATCH = 16
 LAUNCH_TIMEOUT_S = 540
-
-
-def median(xs):
-  xs = sorted(xs)
-  return xs[len(xs) // 2] if len(xs) % 2 else 0.5 * (xs[len(xs) // 2 - 1] + xs[len(xs) // 2])
 
 
 # ------------------------------------------------------------------ model --
@@ -315,8 +313,7 @@ def worker(args):
         times[n].append(time.perf_counter() - start)
     points = [(n, median(slowest(times[n]))) for n in CALIBRATION_SIZES]
     if world.rank == 0:
-      print(f"{args.launch} calibration {tag}: " + ", ".join(f"{n} bytes {t * 1e3:.1f} ms" for n, t in points),
-            file=sys.stderr, flush=True)
+      emit(f"{args.launch} calibration {tag}: " + ", ".join(f"{n} bytes {t * 1e3:.1f} ms" for n, t in points))
     return points
 
   if args.comm:
@@ -374,8 +371,7 @@ def worker(args):
           times[algorithm].append(time.perf_counter() - start)
           link[algorithm].append(link_bytes() - before)
       if world.rank == 0:
-        print(f"{args.launch} {case}: " + " ".join(f"{a} {median(t) * 1e3:.0f} ms" for a, t in times.items()),
-              file=sys.stderr, flush=True)
+        emit(f"{args.launch} {case}: " + " ".join(f"{a} {median(t) * 1e3:.0f} ms" for a, t in times.items()))
       for algorithm in ALGORITHMS:
         measured = median(slowest(times[algorithm]))
         predicted, plan, model_mb = preds[algorithm]
