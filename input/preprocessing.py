@@ -63,7 +63,9 @@ def crop_window(shape, boxes, seed):
   boxes: float (N, 4) of [ymin, xmin, ymax, xmax] in [0, 1]; N = 0 means the
   whole image. seed: int32/int64 (2,), the stateless seed of this example.
   """
-  boxes = tf.cond(tf.shape(boxes)[0] > 0, lambda: boxes, lambda: tf.constant(WHOLE_IMAGE))
+  # The record's boxes, or the whole image when it has none, without a tf.cond
+  # (a function call per example in tf.data).
+  boxes = tf.concat([boxes, tf.constant(WHOLE_IMAGE, boxes.dtype)], 0)[:tf.maximum(tf.shape(boxes)[0], 1)]
   begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
       shape, boxes[None], seed=seed, min_object_covered=MIN_OBJECT_COVERED,
       aspect_ratio_range=ASPECT_RANGE, area_range=AREA_RANGE, max_attempts=10,

@@ -115,11 +115,15 @@ def _check_labels(paths, num_classes):
   """The first record's label of a few files lies in 0..num_classes-1.
 
   A full check would read the whole data set; the pipeline also checks every
-  label as it reads, naming the file.
+  batch's labels as it reads, and names the record when one fails.
   """
   step = max(1, len(paths) // LABEL_PROBES)
   for path in paths[::step][:LABEL_PROBES]:
-    serialized = next(iter(tf.data.TFRecordDataset(path).take(1)))
+    try:
+      serialized = next(iter(tf.data.TFRecordDataset(path).take(1)))
+    except tf.errors.DataLossError:
+      raise ConfigError(f"{path} is damaged: its first record fails its checksum; re-create it "
+                        "(python -m input.convert resumes and rewrites missing shards).") from None
     label = int(records.parse_example(serialized)[1])
     if not 0 <= label < num_classes:
       raise ConfigError(

@@ -213,3 +213,50 @@ def test_with_skip_corrupt_a_damaged_jpeg_is_skipped_and_counted(folder_with_a_d
   seen = labels_of(data.train_epoch(0))
   assert len(seen) == 100 and 3 not in seen  # two full steps: refilled from the rank's share
   assert f"input: skipped {path}" in capfd.readouterr().err
+
+
+def copy_of(tfrecords, tmp_path):
+  for name in os.listdir(tfrecords):
+    shutil.copy(os.path.join(tfrecords, name), tmp_path / name)
+  return tmp_path
+
+
+def test_an_image_damaged_inside_is_named_once_its_batch_fails(tmp_path, tfrecords):
+  # Starts and ends like a JPEG, so only the decoder can tell: the fast path
+  # checks nothing per example, and the failed batch is searched afterwards.
+  root = copy_of(tfrecords, tmp_path)
+  shard = root / "train-00003-of-00007"
+  examples = [records.parse_example(r) for r in tf.data.TFRecordDataset(str(shard))]
+  examples = [(e.numpy(), int(l)) for e, l in examples]
+  examples[5] = (b"\xff\xd8\xff\xe0" + bytes(range(256)) * 8 + b"\xff\xd9", examples[5][1])
+  with tf.io.TFRecordWriter(str(shard)) as writer:
+    for encoded, label in examples:
+      writer.write(records.make_example(encoded, label))
+  data = pipeline.build(data_config("imagenet", str(root), batch_size=10), World(), seed=0)
+  with pytest.raises(tf.errors.InvalidArgumentError) as error:
+    for _ in data.train_epoch(0):
+      pass
+  assert f"{shard}:record 5 cannot be decoded" in str(error.value) and "--skip_corrupt" in str(error.value)
+  skipping = pipeline.build(data_config("imagenet", str(root), batch_size=10, skip_corrupt=True), World(), seed=0)
+  assert len(labels_of(skipping.train_epoch(0))) == 100  # dropped, and refilled from the rank's share
+
+
+def test_a_record_file_with_a_bad_checksum_is_named(tmp_path, tfrecords):
+  root = copy_of(tfrecords, tmp_path)
+  shard = root / "train-00005-of-00007"
+  data = bytearray(shard.read_bytes())
+  first = 12 + int.from_bytes(data[:8], "little") + 4  # the second record: the scan reads the first
+  data[first + 12 + 3000] ^= 0xFF  # inside its payload: the CRC no longer matches, the length does
+  shard.write_bytes(bytes(data))
+  assert sources.scan(data_config("imagenet", str(root))).train.counts[5] == 14  # headers intact
+  data = pipeline.build(data_config("imagenet", str(root), batch_size=10), World(), seed=0)
+  with pytest.raises(tf.errors.InvalidArgumentError, match="--skip_corrupt") as error:
+    for _ in data.train_epoch(0):
+      pass
+  assert f"{shard} is a damaged record file" in str(error.value)
+  data = bytearray(shard.read_bytes())
+  data[12 + 3000] ^= 0xFF  # now the first record too: the start-up scan names the file
+  shard.write_bytes(bytes(data))
+  sources.scan.cache_clear()
+  problem = check("imagenet", str(root))
+  assert f"{shard} is damaged" in problem
