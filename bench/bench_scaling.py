@@ -7,18 +7,22 @@ The driver brings up an emulated cluster of 4 hosts (scripts/cluster/cluster.sh,
 its own name 'imcb' and subnet 198.18.30.0/24, links RATE each way) and runs
 horovodrun launches in it; rank 0 of each writes what it measured:
 
-  comm       topologies 1 host x 4 ranks, 2 x 2 and 4 x 1. First the cost model
-             (comm/cost_model.py) is calibrated per level: allreduces of 4 sizes,
-             --repeats times each (medians), in a tf.function as the exchanges
-             call them, inside a node (all node groups at once, each on its own
-             host: beta per rank) and across nodes (all cross groups at once, the
-             L groups of a host sharing its link: beta per host link), each fitted
-             by cost_model.fit. Then flat, hier, hybrid (comm/exchange.py, 32 MB
-             buckets) and stock horovod exchange buffers of 1-64 MB and the
-             ResNet-50 and AlexNet gradient sets; the model's prediction (one
-             alpha per collective after Horovod's fusion, see predict) stands
-             beside each median, and so do the bytes each host sent on its link
-             and the bytes the model says cross it.
+  comm       topologies 1 host x 4 ranks, 2 x 2 and 4 x 1. The cost model
+             (comm/cost_model.py) is calibrated per level: allreduces of 5 sizes
+             up to the bucket size, in a tf.function as the exchanges call them,
+             inside a node (all node groups at once, each on its own host: beta
+             per rank) and across nodes (all cross groups at once, the L groups
+             of a host sharing its link: beta per host link), fitted by
+             cost_model.fit (least squared relative error). A first calibration
+             (3 repeats) gives hybrid its plan, as the start-up probe would; the
+             model that predicts is timed in every one of the --repeats rounds
+             of the measurement itself, so both see the same machine. flat,
+             hier, hybrid (comm/exchange.py, 32 MB buckets) and stock horovod
+             exchange buffers of 1-64 MB and the ResNet-50 and AlexNet gradient
+             sets; the model's prediction (one alpha per collective after
+             Horovod's fusion, see predict) stands beside each median, and so do
+             the bytes each host sent on its link and the bytes the model says
+             cross it.
   training   ranks N = 1 (1x1), 2 (2 hosts x 1), 4 (2 x 2): seconds per step of a
              synthetic-data SGD step (the CIFAR ResNet-20 at 32x32 and ResNet-50
              at 64x64, batch 16 per rank) per algorithm, and of the same step
@@ -57,13 +61,15 @@ CLUSTER, SUBNET, HOSTS = "imcb", "198.18.30", 4
 IFACE = f"{CLUSTER}0"
 # The default fits a busy 2-core machine in about 15 minutes; --full adds larger
 # buffers, AlexNet's gradients (244 MB), the 4 x 1 topology and ResNet-50 training.
-# Calibration: 4 sizes each level, every size timed --repeats times (medians); all stay
-# under glibc's 32 MB mmap ceiling (see MALLOC_ENV).
-CALIBRATION_SIZES = [64 * KB, 1 * MB, 4 * MB, 16 * MB]
+# Calibration: 5 sizes each level up to the bucket size, every size timed --repeats
+# times alongside the measured rows (medians), PLAN_REPEATS times before them for
+# hybrid's plan.
+CALIBRATION_SIZES = [64 * KB, 1 * MB, 4 * MB, 16 * MB, 32 * MB]
+PLAN_REPEATS = 3
 SIZES = [1 * MB, 8 * MB, 32 * MB]
 GRADIENT_SETS = ["resnet50"]
 FULL = {"sizes": [1 * MB, 4 * MB, 16 * MB, 64 * MB], "gradient_sets": ["resnet50", "alexnet"],
-        "calibration_sizes": [64 * KB, 2 * MB, 8 * MB, 24 * MB]}
+        "calibration_sizes": [64 * KB, 2 * MB, 8 * MB, 24 * MB, 32 * MB]}
 ALGORITHMS = ["flat", "hier", "hybrid", "horovod"]
 TRAIN_VARIANTS = ["horovod", "hybrid"]
 THRESHOLD_MB = 32.0
@@ -255,6 +261,7 @@ def worker(args):
   if args.full:
     CALIBRATION_SIZES, SIZES, GRADIENT_SETS = FULL["calibration_sizes"], FULL["sizes"], FULL["gradient_sets"]
     TRAIN_MODELS, TRAIN_VARIANTS = FULL_TRAIN_MODELS, ALGORITHMS
+  tf.get_logger().setLevel("ERROR")  # one tf.function per calibration size: TF's retracing warning is expected
   hvd.init()
   # horovodrun -H numbers ranks host by host, as World assumes.
   world = World(size=hvd.size(), rank=hvd.rank(), local_size=hvd.local_size(), local_rank=hvd.local_rank(),
@@ -287,77 +294,91 @@ def worker(args):
             "nodes": world.cross_size}
 
   # -------------------------------------------- calibration, per level --
-  def level_points(collective, tag):
-    """(bytes, seconds) per calibration size: the median over repeats of the slowest rank.
-
-    collective(x, name) is the call the measured exchanges make, run as they
-    run it: inside a tf.function, under one stable name per size, the result
-    fetched with .numpy(). The eager allreduces under a new name per call
-    that this replaced cost more per call than the exchanges (1x4: 65-78 ms at
-    64 KB-4 MB, against 38 ms for a whole 1 MB flat exchange), so their alpha
-    over-predicted every latency-bound row; eager dispatch and a Horovod
-    response-cache miss for each new name are the likely extra costs.
-    Sizes take turns within a repeat, so load from elsewhere hits them alike.
+  def calibration_calls():
+    """{(tag, bytes): (tf.function, buffer)}: per level, the call the measured exchanges make,
+    run as they run it (inside a tf.function, one stable name per size, the result fetched
+    with .numpy()); all groups of a level at once, as hier's phases run (and comm/probe.py):
+    the local_size cross groups of a host share its link, so the inter beta comes out per
+    host link. In the node flat's call (one grouped allreduce, averaged; on 1 x 4 the flat
+    exchange of one buffer itself); across nodes hier's cross call (an allreduce of sums).
+    Eager allreduces under a new name per call, which this replaced, cost more per call
+    than whole exchanges (1x4: 65-78 ms at 64 KB-4 MB, against 38 ms for a 1 MB flat one).
     """
+    levels = []
+    if groups.node is not None:
+      levels.append(("cal_node", lambda x, name: hvd.grouped_allreduce(
+          [x], op=hvd.Average, process_set=groups.node, name=name)[0]))
+    if groups.cross is not None:
+      levels.append(("cal_cross", lambda x, name: hvd.allreduce(x, op=hvd.Sum, process_set=groups.cross,
+                                                                name=name)))
     rng = np.random.default_rng(world.rank)
-    xs = {n: tf.constant(rng.standard_normal(n // 4).astype(np.float32)) for n in CALIBRATION_SIZES}
-    fns = {n: tf.function(lambda x, n=n: collective(x, f"{tag}_{n}")) for n in CALIBRATION_SIZES}
-    for n in CALIBRATION_SIZES:
-      fns[n](xs[n]).numpy()  # trace and warm up
-    times = {n: [] for n in CALIBRATION_SIZES}
-    for _ in range(args.repeats):
+    calls = {}
+    for tag, collective in levels:
       for n in CALIBRATION_SIZES:
-        sync()
-        start = time.perf_counter()
-        fns[n](xs[n]).numpy()
-        times[n].append(time.perf_counter() - start)
-    points = [(n, median(slowest(times[n]))) for n in CALIBRATION_SIZES]
+        fn = tf.function(lambda x, n=n, tag=tag, collective=collective: collective(x, f"{tag}_{n}"))
+        x = tf.constant(rng.standard_normal(n // 4).astype(np.float32))
+        fn(x).numpy()  # trace and warm up
+        calls[(tag, n)] = (fn, x)
+    return calls
+
+  def time_calls(calls, times):
+    """One timing of every calibration call, sizes taking turns."""
+    for key, (fn, x) in calls.items():
+      sync()
+      start = time.perf_counter()
+      fn(x).numpy()
+      times.setdefault(key, []).append(time.perf_counter() - start)
+
+  def fitted(times, label):
+    """(CostModel, calibration dict) from {(tag, bytes): [seconds]}: medians of the slowest rank."""
+    points = {tag: [(n, median(slowest(times[(tag, n)]))) for n in CALIBRATION_SIZES if (tag, n) in times]
+              for tag in ("cal_node", "cal_cross")}
     if world.rank == 0:
-      emit(f"{args.launch} calibration {tag}: " + ", ".join(f"{n} bytes {t * 1e3:.1f} ms" for n, t in points))
-    return points
+      for tag, pts in points.items():
+        if pts:
+          emit(f"{args.launch} calibration {label} {tag}: " + ", ".join(f"{n} bytes {t * 1e3:.1f} ms" for n, t in pts))
+    intra = fit(world.local_size, points["cal_node"]) if points["cal_node"] else Link(0.0, 0.0)
+    inter = fit(world.cross_size, points["cal_cross"], sharing=world.local_size) if points["cal_cross"] else Link(0.0, 0.0)
+    model = CostModel(intra=intra, inter=inter, flat="ring" if hvd.gloo_enabled() else "mpi")
+    return model, {
+        "flat": model.flat, "path": "tf.function, stable names", "fit": "least squared relative error",
+        "intra": {"alpha_us": intra.alpha * 1e6, "gbps": intra.gbps if intra.beta else None,
+                  "per": "rank", "points": points["cal_node"]},
+        "inter": {"alpha_us": inter.alpha * 1e6, "gbps": inter.gbps if inter.beta else None,
+                  "per": "host link", "sharing": world.local_size, "points": points["cal_cross"]}}
 
   if args.comm:
-    # Every group of a level at once, as hier's phases run (and comm/probe.py): the local_size
-    # cross groups of a host share its link, so the inter beta comes out per host link.
-    # In the node flat's call (one grouped allreduce, averaged; on 1 x 4 the flat exchange of
-    # one buffer itself); across nodes hier's cross call (an allreduce of sums).
-    intra_pts = (level_points(lambda x, name: hvd.grouped_allreduce([x], op=hvd.Average, process_set=groups.node,
-                                                                     name=name)[0], "cal_node")
-                 if groups.node is not None else [])
-    inter_pts = (level_points(lambda x, name: hvd.allreduce(x, op=hvd.Sum, process_set=groups.cross, name=name),
-                              "cal_cross")
-                 if groups.cross is not None else [])
-    intra = fit(world.local_size, intra_pts) if intra_pts else Link(0.0, 0.0)
-    inter = fit(world.cross_size, inter_pts, sharing=world.local_size) if inter_pts else Link(0.0, 0.0)
-    model = CostModel(intra=intra, inter=inter, flat="ring" if hvd.gloo_enabled() else "mpi")
-    result["calibration"] = {
-        "flat": model.flat, "repeats": args.repeats, "path": "tf.function, stable names",
-        "intra": {"alpha_us": intra.alpha * 1e6, "gbps": intra.gbps if intra.beta else None,
-                  "per": "rank", "points": intra_pts},
-        "inter": {"alpha_us": inter.alpha * 1e6, "gbps": inter.gbps if inter.beta else None,
-                  "per": "host link", "sharing": world.local_size, "points": inter_pts}}
+    calls = calibration_calls()
+    # hybrid plans with a calibration taken before it runs, as comm/probe.py's at start-up.
+    plan_times = {}
+    for _ in range(PLAN_REPEATS):
+      time_calls(calls, plan_times)
+    plan_model, result["plan_calibration"] = fitted(plan_times, "for hybrid's plan")
 
     # -------------------------------------------- algorithms --
     cases = [(f"{n // MB} MB", [(n // 4,)]) for n in SIZES]
     cases += [(name, list(gradient_sets.shapes(name))) for name in GRADIENT_SETS]
-    rows = []
+    prepared = []
     for case, shapes in cases:
       rng = np.random.default_rng(world.rank)
       grads = [tf.constant(rng.standard_normal(s).astype(np.float32)) for s in shapes]
-      total = sum(int(np.prod(s)) * 4 for s in shapes)
-      fns, preds = {}, {}
+      fns, plans = {}, {}
       for algorithm in ALGORITHMS:
         exchange = GradientExchange(CommConfig(allreduce=algorithm, fusion_threshold_mb=THRESHOLD_MB),
-                                    hvd, world, groups, model)
+                                    hvd, world, groups, plan_model)
         fns[algorithm] = tf.function(exchange)
         fns[algorithm](grads)  # trace and warm up; fills exchange.plan
-        buckets = case_buckets(algorithm, [int(np.prod(s)) * 4 for s in shapes])
-        preds[algorithm] = (predict(algorithm, model, world, buckets, HOROVOD_FUSION_MB * MB),
-                            [p["algorithm"] for p in exchange.plan],
-                            link_mb_per_host(algorithm, model, world, [sum(b) for b in buckets]))
-      times = {a: [] for a in ALGORITHMS}
-      link = {a: [] for a in ALGORITHMS}
-      for r in range(args.repeats):
+        plans[algorithm] = [p["algorithm"] for p in exchange.plan]
+      prepared.append((case, shapes, grads, fns, plans))
+    times = {(case, a): [] for case, *_ in prepared for a in ALGORITHMS}
+    link = {(case, a): [] for case, *_ in prepared for a in ALGORITHMS}
+    cal_times = {}
+    for r in range(args.repeats):
+      # The model's calibration is timed in the same repeats as the rows it
+      # predicts: timed once at the start, the 1x4 calibration of one run sat
+      # 20-40% below every row measured minutes later, the next run's did not.
+      time_calls(calls, cal_times)
+      for case, shapes, grads, fns, plans in prepared:
         # Algorithms take turns, so load from elsewhere hits them alike, and the
         # order rotates: with a fixed one, hybrid (the same plan as flat, always
         # run right after hier) came out 1.28x flat on 1x4 in two runs; rotated,
@@ -368,17 +389,24 @@ def worker(args):
           start = time.perf_counter()
           out = fns[algorithm](grads)
           _ = [o.numpy() for o in out[:1]] + [out[-1].numpy()]
-          times[algorithm].append(time.perf_counter() - start)
-          link[algorithm].append(link_bytes() - before)
+          times[(case, algorithm)].append(time.perf_counter() - start)
+          link[(case, algorithm)].append(link_bytes() - before)
+    model, result["calibration"] = fitted(cal_times, "alongside the rows")
+    result["calibration"]["repeats"] = args.repeats
+    rows = []
+    for case, shapes, grads, fns, plans in prepared:
+      total = sum(int(np.prod(s)) * 4 for s in shapes)
       if world.rank == 0:
-        emit(f"{args.launch} {case}: " + " ".join(f"{a} {median(t) * 1e3:.0f} ms" for a, t in times.items()))
+        emit(f"{args.launch} {case}: " + " ".join(f"{a} {median(times[(case, a)]) * 1e3:.0f} ms" for a in ALGORITHMS))
       for algorithm in ALGORITHMS:
-        measured = median(slowest(times[algorithm]))
-        predicted, plan, model_mb = preds[algorithm]
-        rows.append({"case": case, "bytes": total, "algorithm": algorithm, "measured_s": measured,
-                     "predicted_s": predicted, "plan": plan, "model_link_mb_per_host": model_mb,
-                     "link_mb_per_host": host_link_mb(int(median(link[algorithm])))})
-      del grads, fns
+        buckets = case_buckets(algorithm, [int(np.prod(s)) * 4 for s in shapes])
+        rows.append({"case": case, "bytes": total, "algorithm": algorithm,
+                     "measured_s": median(slowest(times[(case, algorithm)])),
+                     "predicted_s": predict(algorithm, model, world, buckets, HOROVOD_FUSION_MB * MB),
+                     "plan": plans[algorithm],
+                     "model_link_mb_per_host": link_mb_per_host(algorithm, model, world, [sum(b) for b in buckets]),
+                     "link_mb_per_host": host_link_mb(int(median(link[(case, algorithm)])))})
+    del prepared
     result["comm"] = rows
 
   # -------------------------------------------- training steps --
@@ -388,7 +416,7 @@ def worker(args):
     from comm.cost_model import parse
     from models import build_model
     # hybrid's model: this launch's calibration, else the 2x2 launch's, else a plausible default.
-    train_model = model if args.comm else parse(args.hybrid_cost or "300,1,300,0.1")
+    train_model = plan_model if args.comm else parse(args.hybrid_cost or "300,1,300,0.1")
     train = []
     for name, classes, shape in TRAIN_MODELS:
       keras.utils.set_random_seed(0)
@@ -600,6 +628,10 @@ def write_report(report, out_dir):
          "node flat's grouped allreduce, across nodes hier's cross allreduce), in a tf.function under stable "
          "names, as the measured rows run them." if calibrated_in_function(report) else
          "Each size timed by eager allreduces, each under a new name.")
+  if any("plan_calibration" in (launch or {}) for launch in report["launches"].values()):
+    how += (" Timed in every repeat of the measurement below (before each round of rows), and fitted by least "
+            "squared relative error; hybrid planned with a separate 3-repeat calibration taken before the rows, "
+            "as the start-up probe would.")
   lines = [f"# Scaling on the emulated cluster ({setup['date']})", "",
            f"Emulated hosts: network namespaces on one {setup['cores']}-core machine, links {setup['rate']} "
            f"each way (tc tbf). Buckets {setup['threshold_mb']:g} MB (flat/hier/hybrid); stock horovod with "

@@ -135,23 +135,34 @@ def choose(model: CostModel, world: World, nbytes: float) -> tuple[str, float]:
 
 
 def fit(ranks: int, points: Sequence[tuple[float, float]], sharing: int = 1) -> Link:
-  """The least-squares Link through timings (bytes, seconds) of allreduce_time(link, ranks, bytes, sharing).
+  """The Link through timings (bytes, seconds) of allreduce_time(link, ranks, bytes, sharing)
+  with the least squared RELATIVE error.
 
   For a level's calibration, run every group of the level at once and pass
   sharing = the groups per link: 1 inside a node (each rank its own
   bandwidth), local_size across nodes (the host's cross groups share its
   link), so beta comes out per host link as flat_time and hier_time use it.
+  Relative, because predictions are judged (and hybrid chooses) by ratios:
+  plain least squares let the 16 MB point set the line and missed the
+  latency-bound sizes by 25-40% on the emulated cluster (results/scaling.md).
   Needs two distinct sizes; negative solutions (noise on a busy machine) are
   clipped to zero.
   """
   xs = [sharing * allreduce_bytes(ranks, n) for n, _ in points]
   ys = [t for _, t in points]
-  mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-  sxx = sum((x - mx) ** 2 for x in xs)
-  if ranks <= 1 or sxx == 0:
-    raise ValueError(f"fit needs two or more ranks and two distinct sizes, got {ranks} ranks, {points}")
-  beta = max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx)
-  return Link(alpha=max(0.0, my - beta * mx), beta=beta)
+  if ranks <= 1 or len(set(xs)) < 2 or min(ys) <= 0:
+    raise ValueError(f"fit needs two or more ranks and two distinct sizes with times > 0, got {ranks} ranks, {points}")
+  ws = [1 / (y * y) for y in ys]  # minimise sum ((a + b x - y) / y)^2
+  w, wx, wy = sum(ws), sum(a * x for a, x in zip(ws, xs)), sum(a * y for a, y in zip(ws, ys))
+  wxx = sum(a * x * x for a, x in zip(ws, xs))
+  wxy = sum(a * x * y for a, x, y in zip(ws, xs, ys))
+  beta = (w * wxy - wx * wy) / (w * wxx - wx * wx)
+  if beta <= 0:
+    return Link(alpha=wy / w, beta=0.0)
+  alpha = (wy - beta * wx) / w
+  if alpha < 0:
+    return Link(alpha=0.0, beta=wxy / wxx)
+  return Link(alpha=alpha, beta=beta)
 
 
 def parse(spec: str) -> CostModel:
