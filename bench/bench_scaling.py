@@ -130,14 +130,16 @@ def predict(algorithm: str, model, world, buckets: list[list[int]], fusion_bytes
   """
   from comm import cost_model
   local, cross = world.local_size, world.cross_size
-  kinds = [cost_model.choose(model, world, sum(b))[0] if algorithm == "hybrid" else
+  kinds = [cost_model.choose(model, world, sum(b), len(b))[0] if algorithm == "hybrid" else
            ("hier" if algorithm == "hier" else "flat") for b in buckets]
   flat = [n for b, kind in zip(buckets, kinds) if kind == "flat" for n in b]
   hier = [sum(b) for b, kind in zip(buckets, kinds) if kind == "hier"]
   seconds = sum(cost_model.flat_time(model, world, m) for m in fuse(flat, fusion_bytes))
   # hier's phases (cost_model.hier_time): reduce-scatter and allgather of n in the node,
   # the L cross allreduces of n/L sharing the host link.
-  seconds += 2 * sum(cost_model.scatter_time(model.intra, local, m) for m in fuse(hier, fusion_bytes))
+  seconds += sum(cost_model.node_phases_time(model, local, m) for m in fuse(hier, fusion_bytes))
+  # hier's own passes over each bucket (pack, scale, unpack), bucket by bucket.
+  seconds += sum(cost_model.local_time(model, sum(b), len(b)) for b, kind in zip(buckets, kinds) if kind == "hier")
   seconds += sum(cost_model.allreduce_time(model.inter, cross, m, sharing=local)
                  for m in fuse([n / local for n in hier], fusion_bytes))
   return seconds
@@ -308,6 +310,13 @@ def worker(args):
     if groups.node is not None:
       levels.append(("cal_node", lambda x, name: hvd.grouped_allreduce(
           [x], op=hvd.Average, process_set=groups.node, name=name)[0]))
+      if world.local_size > 1:
+        # hier's first and last phases as it runs them (comm/hierarchical.py): their own cost.
+        levels.append(("cal_pair", lambda x, name: hvd.allgather(hvd.reducescatter(
+            x, op=hvd.Sum, process_set=groups.node, name=f"{name}_rs"), process_set=groups.node, name=f"{name}_ag")))
+    if "hier" in ALGORITHMS:
+      # One pass over a buffer on every rank at once, as hier's scale (CostModel.copy).
+      levels.append(("cal_copy", lambda x, name: x * 0.25))
     if groups.cross is not None:
       levels.append(("cal_cross", lambda x, name: hvd.allreduce(x, op=hvd.Sum, process_set=groups.cross,
                                                                 name=name)))
@@ -332,18 +341,24 @@ def worker(args):
   def fitted(times, label):
     """(CostModel, calibration dict) from {(tag, bytes): [seconds]}: medians of the slowest rank."""
     points = {tag: [(n, median(slowest(times[(tag, n)]))) for n in CALIBRATION_SIZES if (tag, n) in times]
-              for tag in ("cal_node", "cal_cross")}
+              for tag in ("cal_node", "cal_pair", "cal_copy", "cal_cross")}
     if world.rank == 0:
       for tag, pts in points.items():
         if pts:
           emit(f"{args.launch} calibration {label} {tag}: " + ", ".join(f"{n} bytes {t * 1e3:.1f} ms" for n, t in pts))
     intra = fit(world.local_size, points["cal_node"]) if points["cal_node"] else Link(0.0, 0.0)
     inter = fit(world.cross_size, points["cal_cross"], sharing=world.local_size) if points["cal_cross"] else Link(0.0, 0.0)
-    model = CostModel(intra=intra, inter=inter, flat="ring" if hvd.gloo_enabled() else "mpi")
+    pair = fit(world.local_size, points["cal_pair"]) if points["cal_pair"] else None
+    # fit over 2 ranks: its bytes term is then the buffer's own bytes, one pass.
+    copy = fit(2, points["cal_copy"]).beta if points["cal_copy"] else 0.0
+    model = CostModel(intra=intra, inter=inter, flat="ring" if hvd.gloo_enabled() else "mpi", pair=pair, copy=copy)
     return model, {
         "flat": model.flat, "path": "tf.function, stable names", "fit": "least squared relative error",
         "intra": {"alpha_us": intra.alpha * 1e6, "gbps": intra.gbps if intra.beta else None,
                   "per": "rank", "points": points["cal_node"]},
+        "copy": {"gbps": 1e-9 / copy if copy else None, "per": "rank, one pass", "points": points["cal_copy"]},
+        "pair": {"alpha_us": pair.alpha * 1e6 if pair else None, "gbps": pair.gbps if pair and pair.beta else None,
+                 "per": "rank", "points": points["cal_pair"]},
         "inter": {"alpha_us": inter.alpha * 1e6, "gbps": inter.gbps if inter.beta else None,
                   "per": "host link", "sharing": world.local_size, "points": points["cal_cross"]}}
 
@@ -475,12 +490,16 @@ def cluster(*args, check=True, timeout=120, capture=True):
 def launch(name, hosts, per_host, comm, training, args, workdir, hybrid_cost=""):
   out = os.path.join(workdir, f"{name}.json")
   host_list = ",".join(f"{CLUSTER}-h{i + 1}:{per_host}" for i in range(hosts))
-  # hier adds its process sets after hvd.init (comm/hierarchical.py).
   # mpirun, not horovodrun: horovodrun's interface check fails inside a namespace when every
   # host is local. hier adds its process sets after hvd.init (comm/hierarchical.py).
+  # mpi_yield_when_idle: the emulated hosts' ranks share 2 cores, which Open MPI cannot see
+  # from -H's slots, so it polls without yielding and each waiting rank holds a core: one
+  # 1 MB grouped allreduce on 4 ranks took 36 ms so (and a flat exchange of the same 1 MB
+  # 52 ms, the bias that left the model 20-30% low on 1x4), 4 ms yielding (both alike).
   cmd = ["run", "env", f"HOROVOD_FUSION_THRESHOLD={int(HOROVOD_FUSION_MB * MB)}", "HOROVOD_DYNAMIC_PROCESS_SETS=1",
          *(f"{k}={v}" for k, v in MALLOC_ENV.items()),
          "mpirun", "-np", str(hosts * per_host), "-H", host_list, "--bind-to", "none", "--map-by", "slot",
+         "--mca", "mpi_yield_when_idle", "1",
          "--tag-output", "-x", "PATH", "-x", "TF_CPP_MIN_LOG_LEVEL", "-x", "HOROVOD_FUSION_THRESHOLD",
          "-x", "HOROVOD_DYNAMIC_PROCESS_SETS", *(x for k in MALLOC_ENV for x in ("-x", k)),
          sys.executable, os.path.abspath(__file__), "--worker", f"--launch={name}", f"--out={out}",
@@ -647,11 +666,14 @@ def write_report(report, out_dir):
     launch = report["launches"].get(name)
     if not launch:
       continue
-    for level, group in (("intra", launch["local_size"]), ("inter", launch["nodes"])):
-      c = launch["calibration"][level]
-      if c["points"]:
-        lines.append(f"| {name} | {level} | {group} ranks | {c['alpha_us']:.0f} | {c['gbps']:.3f} | "
-                     f"{c.get('per', 'rank')} |")
+    labels = {"pair": "intra: hier's reduce-scatter + allgather", "copy": "hier's local pass over a bucket"}
+    for level in ("intra", "pair", "copy", "inter"):
+      c = launch["calibration"].get(level)
+      if c and c["points"]:
+        group = launch["nodes"] if level == "inter" else launch["local_size"]
+        alpha = f"{c['alpha_us']:.0f}" if c.get("alpha_us") is not None else "-"
+        lines.append(f"| {name} | {labels.get(level, level)} | {group} ranks | {alpha} | "
+                     f"{c['gbps'] or float('inf'):.3f} | {c.get('per', 'rank')} |")
   lines += ["", "## Measured vs predicted (comm/cost_model.py with the calibration above)", "",
             "| topology | case | MB | algorithm | measured ms | predicted ms | pred/meas | link MB sent per host | "
             "model's link MB per host | hybrid's plan |",

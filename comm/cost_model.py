@@ -87,6 +87,15 @@ class CostModel:
   intra: Link  # among the ranks of one node, per rank
   inter: Link  # among nodes, per host link
   flat: str = "mpi"  # flat's algorithm: Open MPI's hierarchy-aware halving/doubling, or a ring (Gloo, NCCL)
+  # hier's in-node reduce-scatter + allgather pair when measured as such (alpha of
+  # the pair, beta per byte of its 2(L-1)/L n through a rank, fitted like an
+  # allreduce); None: two scatter_time(intra), half an allreduce each.
+  pair: Link | None = None
+  # hier's local work: seconds per byte of one pass over a bucket (every rank of
+  # the node at once). hier makes 3 passes over a bucket of several tensors
+  # (pack, the 1/size scale, unpack; one for a lone tensor: pack and unpack are
+  # then reshapes); flat hands its tensors to Horovod as they are. 0: unknown.
+  copy: float = 0.0
 
 
 def allreduce_bytes(ranks: int, nbytes: float) -> float:
@@ -121,16 +130,29 @@ def flat_time(model: CostModel, world: World, nbytes: float) -> float:
           + allreduce_bytes(cross, nbytes) * model.inter.beta)
 
 
-def hier_time(model: CostModel, world: World, nbytes: float) -> float:
-  """Reduce-scatter in the node, L concurrent allreduces of n/L across nodes, allgather in the node."""
+def node_phases_time(model: CostModel, local: int, nbytes: float) -> float:
+  """hier's reduce-scatter and allgather in a node of `local` ranks, together."""
+  if model.pair is not None:
+    return allreduce_time(model.pair, local, nbytes)
+  return 2 * scatter_time(model.intra, local, nbytes)
+
+
+def local_time(model: CostModel, nbytes: float, tensors: int = 1) -> float:
+  """hier's passes over a bucket of `tensors` tensors on each rank (CostModel.copy)."""
+  return model.copy * nbytes * (1 if tensors == 1 else 3)
+
+
+def hier_time(model: CostModel, world: World, nbytes: float, tensors: int = 1) -> float:
+  """Reduce-scatter in the node, L concurrent allreduces of n/L across nodes, allgather in the
+  node, and hier's local passes over the bucket."""
   local, cross = world.local_size, world.cross_size
-  return (2 * scatter_time(model.intra, local, nbytes)
-          + allreduce_time(model.inter, cross, nbytes / local, sharing=local))
+  return (node_phases_time(model, local, nbytes) + allreduce_time(model.inter, cross, nbytes / local, sharing=local)
+          + local_time(model, nbytes, tensors))
 
 
-def choose(model: CostModel, world: World, nbytes: float) -> tuple[str, float]:
+def choose(model: CostModel, world: World, nbytes: float, tensors: int = 1) -> tuple[str, float]:
   """('flat' or 'hier', predicted seconds): the cheaper for one buffer; flat on a tie (one call)."""
-  flat, hier = flat_time(model, world, nbytes), hier_time(model, world, nbytes)
+  flat, hier = flat_time(model, world, nbytes), hier_time(model, world, nbytes, tensors)
   return ("hier", hier) if hier < flat else ("flat", flat)
 
 

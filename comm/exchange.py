@@ -66,7 +66,7 @@ class GradientExchange:
       dtype = grads[members[0]].dtype
       wire = wire_dtype(dtype, self.config.compression)
       nbytes = sum(grads[i].shape.num_elements() for i in members) * wire.size
-      algorithm, predicted = self._choose(nbytes)
+      algorithm, predicted = self._choose(nbytes, len(members))
       if algorithm == "hier":
         buffer = tf.cast(fusion.pack([grads[i] for i in members]), wire)
         reduced = hierarchical.allreduce_mean(buffer, self.world, self.groups, self.hvd, f"bucket_{b}",
@@ -101,9 +101,9 @@ class GradientExchange:
     reduced = self.hvd.allreduce(tf.cast(g, wire), op=self.hvd.Average, name=f"grad_{i}")
     return tf.cast(reduced, g.dtype)
 
-  def _choose(self, nbytes: int) -> tuple[str, float | None]:
+  def _choose(self, nbytes: int, tensors: int) -> tuple[str, float | None]:
     if self.config.allreduce == "hybrid":
-      return cost_model.choose(self.model, self.world, nbytes)
+      return cost_model.choose(self.model, self.world, nbytes, tensors)
     return self.config.allreduce, None
 
 

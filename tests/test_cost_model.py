@@ -56,6 +56,22 @@ def test_hier_never_beats_hierarchy_aware_flat(world, nbytes):
   assert cost_model.choose(M, world, nbytes)[0] == "flat"
 
 
+def test_hier_with_its_measured_in_node_pair_and_local_passes():
+  # 2 x 2, a 16 MB bucket: the pair (reduce-scatter + allgather) fitted as its own Link,
+  # and 3 local passes at 1 GB/s for a bucket of several tensors, 1 for a lone tensor.
+  world = World(size=4, rank=0, local_size=2, local_rank=0, cross_size=2, cross_rank=0)
+  pair = Link(alpha=2e-3, beta=1e-9)
+  model = CostModel(intra=Link(1e-3, 1e-9), inter=Link(5e-3, 1e-8), pair=pair, copy=1e-9)
+  n = 16e6
+  assert cost_model.node_phases_time(model, 2, n) == pytest.approx(2e-3 + n * 1e-9)  # 2(L-1)/L n = n
+  cross = 5e-3 + 2 * n / 2 * 1e-8  # 2 groups of n/2 sharing the link, each sending n/2
+  assert cost_model.hier_time(model, world, n) == pytest.approx(2e-3 + n * 1e-9 + cross + n * 1e-9)
+  assert cost_model.hier_time(model, world, n, tensors=5) == pytest.approx(2e-3 + n * 1e-9 + cross + 3 * n * 1e-9)
+  # Without them, two scatter_times of intra and no local cost, as the start-up probe's model.
+  plain = CostModel(intra=Link(1e-3, 1e-9), inter=Link(5e-3, 1e-8))
+  assert cost_model.hier_time(plain, world, n, tensors=5) == pytest.approx(2 * (1e-3 + n / 2 * 1e-9) + cross)
+
+
 def test_flat_and_hier_send_the_same_bytes_per_host_link():
   # 2 x 2, 8 MB: Open MPI's flat sent 8.6 MB per host, hier 8.4 MB (results/scaling.md), i.e. n:
   # flat's one allreduce over 2 nodes, and hier's 2 concurrent allreduces of n/2.
