@@ -12,9 +12,11 @@ horovodrun launches in it; rank 0 of each writes what it measured:
              up to the bucket size, in a tf.function as the exchanges call them,
              inside a node (all node groups at once, each on its own host: beta
              per rank) and across nodes (all cross groups at once, the L groups
-             of a host sharing its link: beta per host link), fitted by
-             cost_model.fit (least squared relative error). A first calibration
-             (3 repeats) gives hybrid its plan, as the start-up probe would; the
+             of a host sharing its link: beta per host link), with hier's
+             in-node reduce-scatter + allgather pair, one local pass over a
+             buffer, and, across hosts, flat's own call over every rank, each
+             fitted by cost_model.fit (least squared relative error). A first calibration
+             (5 repeats) gives hybrid its plan, as the start-up probe would; the
              model that predicts is timed in every one of the --repeats rounds
              of the measurement itself, so both see the same machine. flat,
              hier, hybrid (comm/exchange.py, 32 MB buckets) and stock horovod
@@ -59,17 +61,24 @@ from progress import emit  # noqa: E402  (one write per line: mpirun tags each w
 KB, MB = 1 << 10, 1 << 20
 CLUSTER, SUBNET, HOSTS = "imcb", "198.18.30", 4
 IFACE = f"{CLUSTER}0"
-# The default fits a busy 2-core machine in about 15 minutes; --full adds larger
+# The default takes about 9 minutes on the idle 2-core machine; --full adds larger
 # buffers, AlexNet's gradients (244 MB), the 4 x 1 topology and ResNet-50 training.
-# Calibration: 5 sizes each level up to the bucket size, every size timed --repeats
-# times alongside the measured rows (medians), PLAN_REPEATS times before them for
-# hybrid's plan.
-CALIBRATION_SIZES = [64 * KB, 1 * MB, 4 * MB, 16 * MB, 32 * MB]
-PLAN_REPEATS = 3
+# Calibration: 5 sizes each level over the rows' range (1 MB buffers to Horovod's
+# 64 MB fused responses), every size timed --repeats times alongside the measured
+# rows (medians), PLAN_REPEATS times before them for hybrid's plan. With 64 KB-32 MB
+# the relative fit leaned on a size no row has and ran 10% under its own 32 MB
+# point: the 1x4 32 MB and ResNet-50 rows came out 0.74-0.82 in four runs.
+CALIBRATION_SIZES = [1 * MB, 4 * MB, 16 * MB, 32 * MB, 64 * MB]
+PLAN_REPEATS = 5
+# Cases of at most 8 MB (tens of ms or less) are timed SMALL_CASE_TURNS times per repeat,
+# each timing the mean of SMALL_CASE_CALLS calls after one sync, as calibration sizes
+# that small: single 4 ms calls, each the slowest of 4 ranks just out of a barrier,
+# put the same plan (flat, hybrid) 11-15% apart on 1x4 at 36 timings.
+SMALL_CASE_BYTES, SMALL_CASE_TURNS, SMALL_CASE_CALLS = 8 * MB, 3, 4
 SIZES = [1 * MB, 8 * MB, 32 * MB]
 GRADIENT_SETS = ["resnet50"]
 FULL = {"sizes": [1 * MB, 4 * MB, 16 * MB, 64 * MB], "gradient_sets": ["resnet50", "alexnet"],
-        "calibration_sizes": [64 * KB, 2 * MB, 8 * MB, 24 * MB, 32 * MB]}
+        "calibration_sizes": CALIBRATION_SIZES}
 ALGORITHMS = ["flat", "hier", "hybrid", "horovod"]
 TRAIN_VARIANTS = ["horovod", "hybrid"]
 THRESHOLD_MB = 32.0
@@ -89,7 +98,7 @@ LAUNCHES = [("1x1", 1, 1, False, True), ("2x1", 2, 1, False, True), ("2x2", 2, 2
 TRAIN_MODELS = [("resnet20", 10, (32, 32, 3))]
 FULL_TRAIN_MODELS = TRAIN_MODELS + [("resnet50", 1000, (64, 64, 3))]
 TRAIN_BATCH = 16
-LAUNCH_TIMEOUT_S = 540
+LAUNCH_TIMEOUT_S = 900  # the default 2x2 launch took 415 s on the idle machine
 
 
 # ------------------------------------------------------------------ model --
@@ -172,6 +181,19 @@ def link_mb_per_host(algorithm: str, model, world, bucket_bytes: list[int]) -> f
     ranks = world.size if kind == "flat" and model.flat == "ring" else world.cross_size
     return cost_model.allreduce_bytes(ranks, n)
   return sum(one(n) for n in bucket_bytes) / MB
+
+
+def turn_order(turn: int, n: int) -> list[int]:
+  """The order of n algorithms (n even) in turn `turn`: a Williams balanced Latin square.
+
+  Over n turns each algorithm runs once in every place AND right after every
+  other once, so neither the first place nor the predecessor favours one.
+  Rotating one fixed order balanced the places only: hybrid always ran right
+  after hier, and identical plans (flat, hybrid) still came out 10-15% apart
+  in the millisecond rows.
+  """
+  first = [0] + [(k + 1) // 2 if k % 2 else n - k // 2 for k in range(1, n)]
+  return [(x + turn) % n for x in first]
 
 
 def split(total: int, size: int) -> list[int]:
@@ -308,8 +330,10 @@ def worker(args):
     """
     levels = []
     if groups.node is not None:
+      # On one host flat's call itself (the global set); on several, the node's set.
+      node_set = hvd.global_process_set if world.cross_size == 1 else groups.node
       levels.append(("cal_node", lambda x, name: hvd.grouped_allreduce(
-          [x], op=hvd.Average, process_set=groups.node, name=name)[0]))
+          [x], op=hvd.Average, process_set=node_set, name=name)[0]))
       if world.local_size > 1:
         # hier's first and last phases as it runs them (comm/hierarchical.py): their own cost.
         levels.append(("cal_pair", lambda x, name: hvd.allgather(hvd.reducescatter(
@@ -317,6 +341,9 @@ def worker(args):
     if "hier" in ALGORITHMS:
       # One pass over a buffer on every rank at once, as hier's scale (CostModel.copy).
       levels.append(("cal_copy", lambda x, name: x * 0.25))
+    if world.cross_size > 1:
+      # flat's own call across hosts: one grouped allreduce over every rank (CostModel.flat_call).
+      levels.append(("cal_flat", lambda x, name: hvd.grouped_allreduce([x], op=hvd.Average, name=name)[0]))
     if groups.cross is not None:
       levels.append(("cal_cross", lambda x, name: hvd.allreduce(x, op=hvd.Sum, process_set=groups.cross,
                                                                 name=name)))
@@ -333,15 +360,17 @@ def worker(args):
   def time_calls(calls, times):
     """One timing of every calibration call, sizes taking turns."""
     for key, (fn, x) in calls.items():
+      k = SMALL_CASE_CALLS if key[1] <= SMALL_CASE_BYTES else 1
       sync()
       start = time.perf_counter()
-      fn(x).numpy()
-      times.setdefault(key, []).append(time.perf_counter() - start)
+      for _ in range(k):
+        fn(x).numpy()
+      times.setdefault(key, []).append((time.perf_counter() - start) / k)
 
   def fitted(times, label):
     """(CostModel, calibration dict) from {(tag, bytes): [seconds]}: medians of the slowest rank."""
     points = {tag: [(n, median(slowest(times[(tag, n)]))) for n in CALIBRATION_SIZES if (tag, n) in times]
-              for tag in ("cal_node", "cal_pair", "cal_copy", "cal_cross")}
+              for tag in ("cal_node", "cal_pair", "cal_copy", "cal_flat", "cal_cross")}
     if world.rank == 0:
       for tag, pts in points.items():
         if pts:
@@ -351,12 +380,17 @@ def worker(args):
     pair = fit(world.local_size, points["cal_pair"]) if points["cal_pair"] else None
     # fit over 2 ranks: its bytes term is then the buffer's own bytes, one pass.
     copy = fit(2, points["cal_copy"]).beta if points["cal_copy"] else 0.0
-    model = CostModel(intra=intra, inter=inter, flat="ring" if hvd.gloo_enabled() else "mpi", pair=pair, copy=copy)
+    flat_call = fit(2, points["cal_flat"]) if points["cal_flat"] else None  # 2 ranks: beta per buffer byte
+    model = CostModel(intra=intra, inter=inter, flat="ring" if hvd.gloo_enabled() else "mpi", pair=pair, copy=copy,
+                      flat_call=flat_call)
     return model, {
         "flat": model.flat, "path": "tf.function, stable names", "fit": "least squared relative error",
         "intra": {"alpha_us": intra.alpha * 1e6, "gbps": intra.gbps if intra.beta else None,
                   "per": "rank", "points": points["cal_node"]},
         "copy": {"gbps": 1e-9 / copy if copy else None, "per": "rank, one pass", "points": points["cal_copy"]},
+        "flat_call": {"alpha_us": flat_call.alpha * 1e6 if flat_call else None,
+                      "gbps": flat_call.gbps if flat_call and flat_call.beta else None,
+                      "per": "byte of the buffer", "points": points["cal_flat"]},
         "pair": {"alpha_us": pair.alpha * 1e6 if pair else None, "gbps": pair.gbps if pair and pair.beta else None,
                  "per": "rank", "points": points["cal_pair"]},
         "inter": {"alpha_us": inter.alpha * 1e6, "gbps": inter.gbps if inter.beta else None,
@@ -394,18 +428,24 @@ def worker(args):
       # 20-40% below every row measured minutes later, the next run's did not.
       time_calls(calls, cal_times)
       for case, shapes, grads, fns, plans in prepared:
-        # Algorithms take turns, so load from elsewhere hits them alike, and the
-        # order rotates: with a fixed one, hybrid (the same plan as flat, always
-        # run right after hier) came out 1.28x flat on 1x4 in two runs; rotated,
-        # 8 of 8 cases were within 1.10 in the next.
-        for algorithm in ALGORITHMS[r % len(ALGORITHMS):] + ALGORITHMS[:r % len(ALGORITHMS)]:
-          sync()
-          before = link_bytes()
-          start = time.perf_counter()
-          out = fns[algorithm](grads)
-          _ = [o.numpy() for o in out[:1]] + [out[-1].numpy()]
-          times[(case, algorithm)].append(time.perf_counter() - start)
-          link[(case, algorithm)].append(link_bytes() - before)
+        # Algorithms take turns, so load from elsewhere hits them alike, in a
+        # balanced order (turn_order): with a fixed one, hybrid (the same plan as
+        # flat, always run right after hier) came out 1.28x flat on 1x4 in two
+        # runs. Cheap cases take several
+        # turns per repeat: at 12 timings the same plan (flat, hybrid) still
+        # differed by 10% in the 21 ms rows of 2x2.
+        turns = SMALL_CASE_TURNS if sum(int(np.prod(s)) * 4 for s in shapes) <= SMALL_CASE_BYTES else 1
+        for t in range(turns):
+          for algorithm in (ALGORITHMS[i] for i in turn_order(r * turns + t, len(ALGORITHMS))):
+            per_timing = SMALL_CASE_CALLS if turns > 1 else 1
+            sync()
+            before = link_bytes()
+            start = time.perf_counter()
+            for _ in range(per_timing):
+              out = fns[algorithm](grads)
+              _ = [o.numpy() for o in out[:1]] + [out[-1].numpy()]
+            times[(case, algorithm)].append((time.perf_counter() - start) / per_timing)
+            link[(case, algorithm)].append((link_bytes() - before) / per_timing)
     model, result["calibration"] = fitted(cal_times, "alongside the rows")
     result["calibration"]["repeats"] = args.repeats
     rows = []
@@ -510,7 +550,9 @@ def launch(name, hosts, per_host, comm, training, args, workdir, hybrid_cost="")
   cmd += [f"--hybrid_cost={hybrid_cost}"] if hybrid_cost else []
   start = time.time()
   print(f"launch {name}: {hosts} host(s) x {per_host} rank(s)", file=sys.stderr, flush=True)
-  proc = cluster(*cmd, check=False, timeout=LAUNCH_TIMEOUT_S, capture=False)
+  # --full moves AlexNet's 244 MB over the shaped links too: its 2x2 and 4x1 launches
+  # passed 540 s in the one --full run tried (before the launches yielded).
+  proc = cluster(*cmd, check=False, timeout=LAUNCH_TIMEOUT_S * (3 if args.full else 1), capture=False)
   print(f"launch {name}: exit {proc.returncode} in {time.time() - start:.0f} s", file=sys.stderr, flush=True)
   if proc.returncode or not os.path.exists(out):
     return None
@@ -649,7 +691,7 @@ def write_report(report, out_dir):
          "Each size timed by eager allreduces, each under a new name.")
   if any("plan_calibration" in (launch or {}) for launch in report["launches"].values()):
     how += (" Timed in every repeat of the measurement below (before each round of rows), and fitted by least "
-            "squared relative error; hybrid planned with a separate 3-repeat calibration taken before the rows, "
+            "squared relative error; hybrid planned with a separate 5-repeat calibration taken before the rows, "
             "as the start-up probe would.")
   lines = [f"# Scaling on the emulated cluster ({setup['date']})", "",
            f"Emulated hosts: network namespaces on one {setup['cores']}-core machine, links {setup['rate']} "
@@ -666,11 +708,12 @@ def write_report(report, out_dir):
     launch = report["launches"].get(name)
     if not launch:
       continue
-    labels = {"pair": "intra: hier's reduce-scatter + allgather", "copy": "hier's local pass over a bucket"}
-    for level in ("intra", "pair", "copy", "inter"):
+    labels = {"pair": "intra: hier's reduce-scatter + allgather", "copy": "hier's local pass over a bucket",
+              "flat_call": "flat's call over every rank"}
+    for level in ("intra", "pair", "copy", "inter", "flat_call"):
       c = launch["calibration"].get(level)
       if c and c["points"]:
-        group = launch["nodes"] if level == "inter" else launch["local_size"]
+        group = {"inter": launch["nodes"], "flat_call": launch["ranks"]}.get(level, launch["local_size"])
         alpha = f"{c['alpha_us']:.0f}" if c.get("alpha_us") is not None else "-"
         lines.append(f"| {name} | {labels.get(level, level)} | {group} ranks | {alpha} | "
                      f"{c['gbps'] or float('inf'):.3f} | {c.get('per', 'rank')} |")
@@ -732,13 +775,16 @@ def notes(report) -> list[str]:
                f"{report['setup']['rate']} configured: TCP between namespaces runs in the kernel's (here gVisor's) "
                "network stack on the same 2 cores as the ranks, so the 'network' is CPU-bound and slows whenever "
                "the ranks compute. The model's inter-node beta is that CPU-bound rate, not the tc rate.")
-  out.append("- **alpha is scheduling, not wire latency.** tc here has no netem (no delay), so a small allreduce "
-             "should cost microseconds; it costs hundreds of milliseconds because 4 ranks, Horovod's background "
-             "threads (a 1 ms cycle each) and other jobs share 2 cores. That alpha is large and noisy, and "
-             "the fits (a line through the medians of a few sizes per level) predict latency-bound rows "
-             "less well than bandwidth-bound ones.")
+  intra = (two.get("calibration") or {}).get("intra") or {}
+  if intra.get("alpha_us"):
+    out.append(f"- **alpha is scheduling, not wire latency.** tc here has no netem (no delay), so a small "
+               f"allreduce should cost microseconds; the calibration gives {intra['alpha_us'] / 1e3:.1f} ms per call "
+               "in a node of 2 x 2, because 4 ranks, Horovod's background threads (a 1 ms cycle each) and other "
+               "jobs share 2 cores. It was 25-50 ms, and the model 20-30% low on 1 x 4, until the launches told "
+               "Open MPI to yield (mpi_yield_when_idle): -H's slots hide that the hosts share cores, and "
+               "ranks polling without yielding each held a core.")
   if {"flat", "hier"} <= link.keys():
-    out.append(f"- **Why flat is not slower than hier on 2 x 2.** For ResNet-50's gradients each host sent "
+    out.append(f"- **Why hier gains little over flat on 2 x 2.** For ResNet-50's gradients each host sent "
                f"{link['flat']['link_mb_per_host']:.0f} MB on its link with flat and {link['hier']['link_mb_per_host']:.0f} MB "
                f"with hier ({link['flat']['bytes'] / MB:.0f} MB of gradients). A ring over 4 ranks would send "
                f"1.5 x that per host. Sending the buffer's size once per host is what recursive halving/doubling "
@@ -753,9 +799,12 @@ def notes(report) -> list[str]:
                f"(Open MPI's hierarchy-aware allreduce) and hier's cross phase both 2(c-1)/c n, i.e. "
                f"{link['flat']['model_link_mb_per_host']:.0f} and {link['hier']['model_link_mb_per_host']:.0f} MB per "
                f"host for ResNet-50 on 2 x 2 against {link['flat']['link_mb_per_host']:.0f} and "
-               f"{link['hier']['link_mb_per_host']:.0f} MB measured. With the same link bytes hier only adds "
-               "two in-node calls, so hybrid keeps flat under MPI; hier can win only against a ring flat "
-               "(Gloo, NCCL: 2(g-1)/g n per host), the simulation below.")
+               f"{link['hier']['link_mb_per_host']:.0f} MB measured. By those bytes hier only adds two in-node "
+               "calls and its own passes over the buffer, and the per-level formula had flat ahead. Measured as "
+               "one call over every rank, flat's own cost across hosts was higher than that formula (11-13% "
+               "over hier at 32 MB in two runs), so the model takes flat's call as measured "
+               "(CostModel.flat_call), and hybrid then picks hier where its cost is lower. Against a ring flat "
+               "(Gloo, NCCL: 2(g-1)/g n per host) hier wins by link bytes alone, the simulation below.")
   out.append("- **Training efficiency here measures the shared cores.** N=1 has both cores to itself; at N=2 and "
              "4 the ranks of every emulated host share the same 2 cores with each other, with Horovod's and Open "
              "MPI's polling threads and with other jobs, so S_N falls far more than communication explains (see "
@@ -827,9 +876,11 @@ def _plots(report, out_dir):
 def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--rate", default="1gbit", help="link rate between emulated hosts (tc tbf), each way")
-  # 7: an odd count, so the median is one run; at 2 the 1x4 32 MB hybrid, the same plan as
-  # flat, came out 1.28 x flat. About 2 minutes more than 2 on the idle machine.
-  parser.add_argument("--repeats", type=int, default=7,
+  # A multiple of the 4 algorithms, so each takes every place in the rotating order equally
+  # often (at 2 the 1x4 32 MB hybrid, the same plan as flat, came out 1.28 x flat); 12
+  # since the launches yield (mpi_yield_when_idle): a whole run took 3.5 minutes at 7,
+  # and the 3-4 ms rows moved by a millisecond, 30%, between runs.
+  parser.add_argument("--repeats", type=int, default=12,
                       help="timed repeats per algorithm and size, and per calibration size (median)")
   parser.add_argument("--train_steps", type=int, default=3, help="timed training steps per variant (median)")
   parser.add_argument("--full", action="store_true",

@@ -142,3 +142,14 @@ def test_calibration_range():
   report = {"launches": {"1x4": cal([[65536, 0.04], [16 * MB, 0.1]]), "2x2": cal([[MB, 0.05]]), "1x1": None}}
   assert bs.calibration_range(report) == "64 KB-16 MB"
   assert bs.calibration_range({"launches": {}}) == "no sizes"
+
+
+@pytest.mark.parametrize("n", [2, 4, 6])
+def test_turn_order_is_balanced_for_place_and_predecessor(n):
+  turns = [bs.turn_order(t, n) for t in range(n)]
+  assert all(sorted(order) == list(range(n)) for order in turns)
+  for place in range(n):  # every algorithm once in every place
+    assert sorted(order[place] for order in turns) == list(range(n))
+  follows = sorted((a, b) for order in turns for a, b in zip(order, order[1:]))
+  assert follows == sorted((a, b) for a in range(n) for b in range(n) if a != b)  # every pair once
+  assert bs.turn_order(n, n) == turns[0]

@@ -72,6 +72,18 @@ def test_hier_with_its_measured_in_node_pair_and_local_passes():
   assert cost_model.hier_time(plain, world, n, tensors=5) == pytest.approx(2 * (1e-3 + n / 2 * 1e-9) + cross)
 
 
+def test_flat_measured_as_one_call_replaces_the_level_formula_across_hosts():
+  world = World(size=4, rank=0, local_size=2, local_rank=0, cross_size=2, cross_rank=0)
+  levels = CostModel(intra=Link(1e-3, 1e-9), inter=Link(5e-3, 1e-8))
+  measured = dataclasses.replace(levels, flat_call=Link(2e-3, 2e-8))
+  n = 32e6
+  assert cost_model.flat_time(levels, world, n) == pytest.approx(5e-3 + n * 1e-9 + n * 1e-8)
+  assert cost_model.flat_time(measured, world, n) == pytest.approx(2e-3 + n * 2e-8)
+  one_host = World(size=4, rank=0, local_size=4, local_rank=0, cross_size=1, cross_rank=0)
+  assert cost_model.flat_time(measured, one_host, n) == cost_model.flat_time(levels, one_host, n)  # intra is flat's call
+  assert cost_model.choose(measured, world, n)[0] == "hier" and cost_model.choose(levels, world, n)[0] == "flat"
+
+
 def test_flat_and_hier_send_the_same_bytes_per_host_link():
   # 2 x 2, 8 MB: Open MPI's flat sent 8.6 MB per host, hier 8.4 MB (results/scaling.md), i.e. n:
   # flat's one allreduce over 2 nodes, and hier's 2 concurrent allreduces of n/2.
