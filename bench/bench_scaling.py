@@ -122,7 +122,8 @@ def fuse(sizes: list[float], threshold: float) -> list[float]:
   return out
 
 
-def predict(algorithm: str, model, world, buckets: list[list[int]], fusion_bytes: float) -> float:
+def predict(algorithm: str, model, world, buckets: list[list[int]], fusion_bytes: float,
+            plan: list[str] | None = None) -> float:
   """Seconds the cost model gives one exchange when every bucket is ready at once (the bench's replay).
 
   buckets: per bucket of comm/fusion.py, its tensors' bytes; for stock
@@ -133,14 +134,14 @@ def predict(algorithm: str, model, world, buckets: list[list[int]], fusion_bytes
   phase (ResNet-50's 97.5 MB: 2 flat calls, not 4 buckets; measured 331 ms
   on 1x4 against 684 predicted per bucket). The bytes term is the one of
   comm/cost_model.py, linear in n, so fusing changes only the count of
-  alphas. hybrid: each bucket flat or hier by cost_model.choose, as
+  alphas. hybrid: each bucket flat or hier as `plan` says (the plan it ran), else by cost_model.choose, as
   comm/exchange.py plans it. In training, buckets are ready at different
   times and fuse less; this is the replay's upper bound on fusion.
   """
   from comm import cost_model
   local, cross = world.local_size, world.cross_size
-  kinds = [cost_model.choose(model, world, sum(b), len(b))[0] if algorithm == "hybrid" else
-           ("hier" if algorithm == "hier" else "flat") for b in buckets]
+  kinds = plan or [cost_model.choose(model, world, sum(b), len(b))[0] if algorithm == "hybrid" else
+                   ("hier" if algorithm == "hier" else "flat") for b in buckets]
   flat = [n for b, kind in zip(buckets, kinds) if kind == "flat" for n in b]
   hier = [sum(b) for b, kind in zip(buckets, kinds) if kind == "hier"]
   seconds = sum(cost_model.flat_time(model, world, m) for m in fuse(flat, fusion_bytes))
@@ -457,7 +458,9 @@ def worker(args):
         buckets = case_buckets(algorithm, [int(np.prod(s)) * 4 for s in shapes])
         rows.append({"case": case, "bytes": total, "algorithm": algorithm,
                      "measured_s": median(slowest(times[(case, algorithm)])),
-                     "predicted_s": predict(algorithm, model, world, buckets, HOROVOD_FUSION_MB * MB),
+                     # hybrid: the plan it ran (chosen before the rows), costed by this model.
+                     "predicted_s": predict(algorithm, model, world, buckets, HOROVOD_FUSION_MB * MB,
+                                            plans[algorithm] if algorithm == "hybrid" else None),
                      "plan": plans[algorithm],
                      "model_link_mb_per_host": link_mb_per_host(algorithm, model, world, [sum(b) for b in buckets]),
                      "link_mb_per_host": host_link_mb(int(median(link[(case, algorithm)])))})

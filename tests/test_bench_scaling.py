@@ -153,3 +153,12 @@ def test_turn_order_is_balanced_for_place_and_predecessor(n):
   follows = sorted((a, b) for order in turns for a, b in zip(order, order[1:]))
   assert follows == sorted((a, b) for a in range(n) for b in range(n) if a != b)  # every pair once
   assert bs.turn_order(n, n) == turns[0]
+
+
+def test_hybrid_is_costed_by_the_plan_it_ran():
+  world = World(size=4, rank=0, local_size=2, local_rank=0, cross_size=2, cross_rank=0)
+  n = 32 * MB
+  assert bs.predict("hybrid", M, world, [[n]], 64 * MB, plan=["hier"]) == pytest.approx(
+      cost_model.hier_time(M, world, n))
+  assert bs.predict("hybrid", M, world, [[n]], 64 * MB, plan=["flat"]) == pytest.approx(
+      cost_model.flat_time(M, world, n))
