@@ -31,9 +31,11 @@ class Input:
 
   info: the data set as found on disk (classes, image shape, split sizes);
   train_epoch(epoch, first_step=0, steps=None) -> iterable of (images, labels)
-  batches for this rank (a Diagnosed dataset: a failure names the bad file): steps [first_step, steps_per_epoch) of the epoch, at
+  batches for this rank: steps [first_step, steps_per_epoch) of the epoch, at
   most `steps` of them; eval() -> this rank's share of the held-out split,
-  every example exactly once across ranks, or None when there is none.
+  every example exactly once across ranks, or None when there is none. Both
+  iterate Diagnosed datasets (a failure names the bad record) unless
+  --skip_corrupt.
   """
   info: object
   steps_per_epoch: int
