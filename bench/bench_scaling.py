@@ -429,7 +429,7 @@ def worker(args):
         fns[algorithm] = tf.function(exchange)
         fns[algorithm](grads)  # trace and warm up; fills exchange.plan
         plans[algorithm] = [p["algorithm"] for p in exchange.plan]
-      prepared.append((case, shapes, grads, fns, plans))
+      prepared.append((case, [int(np.prod(s)) * 4 for s in shapes], grads, fns, plans))
     times = {(case, a): [] for case, *_ in prepared for a in ALGORITHMS}
     link = {(case, a): [] for case, *_ in prepared for a in ALGORITHMS}
     cal_times = {}
@@ -438,14 +438,13 @@ def worker(args):
       # predicts: timed once at the start, the 1x4 calibration of one run sat
       # 20-40% below every row measured minutes later, the next run's did not.
       time_calls(calls, cal_times)
-      for case, shapes, grads, fns, plans in prepared:
+      for case, tensor_bytes, grads, fns, plans in prepared:
         # Algorithms take turns, so load from elsewhere hits them alike, in a
         # balanced order (turn_order): with a fixed one, hybrid (the same plan as
         # flat, always run right after hier) came out 1.28x flat on 1x4 in two
-        # runs. Cheap cases take several
-        # turns per repeat: at 12 timings the same plan (flat, hybrid) still
-        # differed by 10% in the 21 ms rows of 2x2.
-        turns = SMALL_CASE_TURNS if sum(int(np.prod(s)) * 4 for s in shapes) <= SMALL_CASE_BYTES else 1
+        # runs. Cheap cases take several turns per repeat: at 12 timings the same
+        # plan (flat, hybrid) still differed by 10% in the 21 ms rows of 2x2.
+        turns = SMALL_CASE_TURNS if sum(tensor_bytes) <= SMALL_CASE_BYTES else 1
         for t in range(turns):
           for algorithm in (ALGORITHMS[i] for i in turn_order(r * turns + t, len(ALGORITHMS))):
             per_timing = SMALL_CASE_CALLS if turns > 1 else 1
@@ -460,12 +459,12 @@ def worker(args):
     model, result["calibration"] = fitted(cal_times, "alongside the rows")
     result["calibration"]["repeats"] = args.repeats
     rows = []
-    for case, shapes, grads, fns, plans in prepared:
-      total = sum(int(np.prod(s)) * 4 for s in shapes)
+    for case, tensor_bytes, grads, fns, plans in prepared:
+      total = sum(tensor_bytes)
       if world.rank == 0:
         emit(f"{args.launch} {case}: " + " ".join(f"{a} {median(times[(case, a)]) * 1e3:.0f} ms" for a in ALGORITHMS))
       for algorithm in ALGORITHMS:
-        buckets = case_buckets(algorithm, [int(np.prod(s)) * 4 for s in shapes])
+        buckets = case_buckets(algorithm, tensor_bytes)
         rows.append({"case": case, "bytes": total, "algorithm": algorithm,
                      "measured_s": median(slowest(times[(case, algorithm)])),
                      # hybrid: the plan it ran (chosen before the rows), costed by this model.
