@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from conftest import REPO, _env, horovodrun
@@ -52,6 +53,17 @@ def test_bad_flag_stops_every_rank_with_one_sentence(tmp_path):
   assert proc.stderr.count("error: --global_batch_size=63 does not divide by the 2 ranks") == 2, proc.stderr[-3000:]
 
 
+def _wait_until_gone(marker, timeout=60):
+  """Block until no process has `marker` in its command line."""
+  deadline = time.time() + timeout
+  while True:
+    alive = [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
+    if not alive:
+      return
+    assert time.time() < deadline, f"{len(alive)} ranks still running {timeout} s after horovodrun was killed"
+    time.sleep(0.2)
+
+
 def test_killed_run_resumes_from_its_checkpoint(tmp_path):
   args = train_args(tmp_path, "--epochs=3", "--checkpoint_every=5", "--warmup_epochs=0.5")
   cmd = ["horovodrun", "-np", "2", "-H", "localhost:2"] + [sys.executable if a == "python" else a for a in args]
@@ -66,6 +78,10 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path):
   finally:
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
+  # horovodrun runs mpirun from a middleman in its own session, which stops the ranks only once it
+  # sees horovodrun gone; meanwhile they can save more checkpoints (CI resumed from ckpt-15 after
+  # this test had read ckpt-10). Wait for every rank to be gone before reading what was saved.
+  _wait_until_gone(str(tmp_path))
   with open(tmp_path / "checkpoint") as fh:
     saved = int(re.search(r'model_checkpoint_path: "ckpt-(\d+)"', fh.read()).group(1))
   assert saved >= 10
