@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/.venv/bin:$(PATH)
 NP ?= 2
 MODEL_DIR ?= runs/train-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup setup-gpu test test-fast test-mp train clean
+.PHONY: setup setup-gpu ops test test-fast test-mp train clean
 
 setup:  ## apt packages, .venv, pinned packages, Horovod built with TF + MPI + Gloo
 	bash scripts/setup.sh
@@ -16,16 +16,19 @@ setup:  ## apt packages, .venv, pinned packages, Horovod built with TF + MPI + G
 setup-gpu:  ## the same with CUDA TensorFlow and Horovod's NCCL operations (GPU machines only)
 	GPU=1 bash scripts/setup.sh
 
-test:  ## the whole suite: fast single-process tests, then multi-process tests
+ops:  ## compile input/kernels/*.cc against .venv's TensorFlow (make setup does it; quick when up to date)
+	bash scripts/build_ops.sh
+
+test: ops  ## the whole suite: fast single-process tests, then multi-process tests
 	$(PY) -m pytest -q tests
 
-test-fast:  ## single-process tests only
+test-fast: ops  ## single-process tests only
 	$(PY) -m pytest -q -m "not multiprocess" tests
 
-test-mp:  ## multi-process tests under horovodrun only
+test-mp: ops  ## multi-process tests under horovodrun only
 	$(PY) -m pytest -q -m multiprocess tests
 
-train:  ## ResNet-20 on the digits set, 2 ranks; prints one JSON line, writes summary.json
+train: ops  ## ResNet-20 on the digits set, 2 ranks; prints one JSON line, writes summary.json
 	horovodrun -np $(NP) $(PY) train.py --model_dir=$(MODEL_DIR) $(ARGS)
 
 clean:  ## remove runs and generated data (not .venv)
@@ -52,17 +55,17 @@ cluster-run:  ## CMD on host imc-h1 with the others reachable, e.g. CMD="horovod
 
 .PHONY: reproduce
 
-reproduce:  ## Goyal-style large-batch experiment on digits (batch 16 vs 256, SGD/warmup/LARS/bf16, 2 seeds); writes results/reproduce.{md,png,json}
+reproduce: ops  ## Goyal-style large-batch experiment on digits (batch 16 vs 256, SGD/warmup/LARS/bf16, 2 seeds); writes results/reproduce.{md,png,json}
 	$(PY) scripts/reproduce.py
 
 .PHONY: bench-input
-bench-input:  ## input pipeline on real ImageNet JPEGs vs the decoder limit; writes results/bench_input.{json,png}
+bench-input: ops  ## input pipeline on real ImageNet JPEGs vs the decoder limit; writes results/bench_input.{json,png}
 	$(PY) -m bench.bench_input $(ARGS)
 
 .PHONY: bench-comm
-bench-comm:  ## allreduce algorithms (horovod, flat, hier, hybrid, mpi4py floor), 2 and 4 ranks, MPI and Gloo; writes results/bench_comm.{json,png}
+bench-comm: ops  ## allreduce algorithms (horovod, flat, hier, hybrid, mpi4py floor), 2 and 4 ranks, MPI and Gloo; writes results/bench_comm.{json,png}
 	$(PY) bench/bench_comm.py $(ARGS)
 
 .PHONY: bench-scaling
-bench-scaling:  ## on an emulated 4-host cluster (root): cost model calibrated and checked, flat/hier/hybrid/horovod, training efficiency, simulation to 2,048 ranks; writes results/bench_scaling.json, scaling.md, scaling_*.png
+bench-scaling: ops  ## on an emulated 4-host cluster (root): cost model calibrated and checked, flat/hier/hybrid/horovod, training efficiency, simulation to 2,048 ranks; writes results/bench_scaling.json, scaling.md, scaling_*.png
 	$(PY) bench/bench_scaling.py $(ARGS)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make setup: apt packages, .venv, pinned Python packages, Horovod 0.28.1 built
-# with TensorFlow + MPI + Gloo. Idempotent: when the stamp matches the inputs
+# with TensorFlow + MPI + Gloo, and the project's image kernel
+# (scripts/build_ops.sh). Idempotent: when the stamp matches the inputs
 # and the build check passes it returns in seconds.
 #
 # GPU=1 (make setup-gpu): TensorFlow with CUDA (tensorflow[and-cuda], which
@@ -42,6 +43,7 @@ PY
 }
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ] && check_build 2>/dev/null; then
+  bash scripts/build_ops.sh
   echo "setup: already done (delete $STAMP to force a rebuild)"
   exit 0
 fi
@@ -73,3 +75,4 @@ if ! check_build >/dev/null 2>&1; then
 fi
 check_build
 echo "$want_stamp" > "$STAMP"
+bash scripts/build_ops.sh
