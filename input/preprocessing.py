@@ -8,11 +8,14 @@ the IDCT of the rest), resize to size x size, flip left-right with p = 0.5.
 Evaluation: the central crop that resizing the shorter side to 256 and cutting
 224 would keep, decoded fused and then resized (the same pixels, one resize).
 Both normalise with the data set's per-channel mean and std and return the
-requested dtype. Randomness is stateless, so (seed, example position) fixes the
+requested dtype; resize, flip and normalise are one pass of the project's
+kernel (image_ops). Randomness is stateless, so (seed, example position) fixes the
 crop and flip: a resumed run sees the same augmented images.
 """
 import numpy as np
 import tensorflow as tf
+
+from input import image_ops
 
 # Evaluation crop: shorter side resized to 256 for a 224 crop (ResNet, AlexNet papers).
 EVAL_RESIZE_RATIO = 256 / 224
@@ -77,9 +80,8 @@ def train_image(encoded, boxes, seed, size, mean, std, dtype=tf.float32):
   """Encoded image -> (size, size, 3) augmented, normalised training image."""
   crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
   window = crop_window(image_shape(encoded), boxes, crop_seed)
-  image = tf.image.resize(_decode_window(encoded, window), [size, size])
-  image = tf.image.stateless_random_flip_left_right(image, flip_seed)
-  return normalise(image, mean, std, dtype)
+  flip = tf.random.stateless_uniform([], flip_seed) < 0.5
+  return image_ops.resize_flip_normalise(_decode_window(encoded, window), flip, size, mean, std, dtype)
 
 
 def center_window(shape, size):
@@ -94,8 +96,7 @@ def center_window(shape, size):
 def eval_image(encoded, size, mean, std, dtype=tf.float32):
   """Encoded image -> (size, size, 3) centrally cropped, normalised evaluation image."""
   window = center_window(image_shape(encoded), size)
-  image = tf.image.resize(_decode_window(encoded, window), [size, size])
-  return normalise(image, mean, std, dtype)
+  return image_ops.resize_flip_normalise(_decode_window(encoded, window), False, size, mean, std, dtype)
 
 
 def plain_image(encoded, image_shape_hwc, mean, std, dtype=tf.float32):
