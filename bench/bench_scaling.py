@@ -76,6 +76,9 @@ PLAN_REPEATS = 5
 # that small: single 4 ms calls, each the slowest of 4 ranks just out of a barrier,
 # put the same plan (flat, hybrid) 11-15% apart on 1x4 at 36 timings.
 SMALL_CASE_BYTES, SMALL_CASE_TURNS, SMALL_CASE_CALLS = 8 * MB, 3, 4
+# Larger cases take LARGE_CASE_TURNS single-call turns per repeat: at 12 timings hybrid,
+# running hier's plan, measured 1.15x hier's own 2x2 32 MB row (655 against 567 ms).
+LARGE_CASE_TURNS = 2
 SIZES = [1 * MB, 8 * MB, 32 * MB]
 GRADIENT_SETS = ["resnet50"]
 FULL = {"sizes": [1 * MB, 4 * MB, 16 * MB, 64 * MB], "gradient_sets": ["resnet50", "alexnet"],
@@ -444,10 +447,11 @@ def worker(args):
         # flat, always run right after hier) came out 1.28x flat on 1x4 in two
         # runs. Cheap cases take several turns per repeat: at 12 timings the same
         # plan (flat, hybrid) still differed by 10% in the 21 ms rows of 2x2.
-        turns = SMALL_CASE_TURNS if sum(tensor_bytes) <= SMALL_CASE_BYTES else 1
+        small = sum(tensor_bytes) <= SMALL_CASE_BYTES
+        turns = SMALL_CASE_TURNS if small else LARGE_CASE_TURNS
         for t in range(turns):
           for algorithm in (ALGORITHMS[i] for i in turn_order(r * turns + t, len(ALGORITHMS))):
-            per_timing = SMALL_CASE_CALLS if turns > 1 else 1
+            per_timing = SMALL_CASE_CALLS if small else 1
             sync()
             before = link_bytes()
             start = time.perf_counter()
