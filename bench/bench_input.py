@@ -96,7 +96,8 @@ def single_thread_rate(encoded: list[bytes], fused: bool, seconds: float = 4.0, 
                                          tf.stack([tf.constant(11, tf.int64), i]))
       image = tf.image.decode_and_crop_jpeg(data, window, channels=3)
       if kernel:
-        image = image_ops.resize_flip_normalise(image, i % 2 == 0, IMAGE_SIZE, IMAGENET_MEAN, IMAGENET_STD)
+        image = image_ops.resize_flip_normalise(image, i % 2 == 0, IMAGE_SIZE,
+                                                *preprocessing.affine(IMAGENET_MEAN, IMAGENET_STD))
       else:
         image = tf.image.resize(image, [IMAGE_SIZE, IMAGE_SIZE])
       return tf.reduce_sum(image[0, 0])

@@ -2,7 +2,6 @@
 import functools
 import os
 
-import numpy as np
 import tensorflow as tf
 
 LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "image_ops.so")
@@ -15,12 +14,11 @@ def _library():
   return tf.load_op_library(LIBRARY)
 
 
-def resize_flip_normalise(image, flip, size, mean, std, dtype=tf.float32):
+def resize_flip_normalise(image, flip, size, scale, offset, dtype=tf.float32):
   """uint8 (h, w, 3) -> dtype (size, size, 3): tf.image.resize's bilinear (half-pixel
   centres), mirrored left-right where `flip` (a bool scalar tensor), then
-  (x / 255 - mean) / std per channel, in one pass (kernels/resize_flip_normalise.cc).
-  Equal to those three TF ops up to float rounding (bilinear blended rows first)."""
-  scale = 1.0 / (255.0 * np.asarray(std, np.float64))
-  offset = np.asarray(mean, np.float64) / np.asarray(std, np.float64)
-  return _library().resize_flip_normalise(image, flip, height=size, width=size, scale=scale.tolist(),
-                                          offset=offset.tolist(), T=dtype)
+  x * scale[c] - offset[c] per channel (preprocessing.affine), in one pass
+  (kernels/resize_flip_normalise.cc). Equal to those three TF ops up to float
+  rounding (bilinear blended rows first)."""
+  return _library().resize_flip_normalise(image, flip, height=size, width=size, scale=[float(v) for v in scale],
+                                          offset=[float(v) for v in offset], T=dtype)

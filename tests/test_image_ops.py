@@ -8,6 +8,7 @@ from input import image_ops
 from input import preprocessing as P
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+AFFINE = P.affine(MEAN, STD)
 
 
 def reference(image, flip, size):
@@ -33,7 +34,7 @@ def photo():
 def test_equals_resize_flip_normalise(photo, crop, size, flip):
   y, x, h, w = crop
   image = photo[y:y + h if h else None, x:x + w if w else None]
-  got = image_ops.resize_flip_normalise(image, tf.constant(flip), size, MEAN, STD)
+  got = image_ops.resize_flip_normalise(image, tf.constant(flip), size, *AFFINE)
   assert got.shape == (size, size, 3) and got.dtype == tf.float32
   # Rows are blended before columns (TF: columns first), so float rounding differs.
   np.testing.assert_allclose(got, reference(image, flip, size), atol=2e-5)
@@ -41,13 +42,13 @@ def test_equals_resize_flip_normalise(photo, crop, size, flip):
 
 @pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
 def test_writes_the_compute_dtype(photo, dtype):
-  got = image_ops.resize_flip_normalise(photo, tf.constant(True), 64, MEAN, STD, dtype)
+  got = image_ops.resize_flip_normalise(photo, tf.constant(True), 64, *AFFINE, dtype)
   assert got.dtype == dtype
   np.testing.assert_allclose(tf.cast(got, tf.float32), reference(photo, True, 64), atol=0.02)
 
 
 def test_shape_is_known_inside_a_graph():
-  fn = tf.function(lambda image, flip: image_ops.resize_flip_normalise(image, flip, 224, MEAN, STD))
+  fn = tf.function(lambda image, flip: image_ops.resize_flip_normalise(image, flip, 224, *AFFINE))
   traced = fn.get_concrete_function(tf.TensorSpec([None, None, 3], tf.uint8), tf.TensorSpec([], tf.bool))
   assert traced.output_shapes == (224, 224, 3)
 
@@ -55,4 +56,4 @@ def test_shape_is_known_inside_a_graph():
 @pytest.mark.parametrize("shape", [(10, 10, 1), (0, 10, 3), (10, 10)])
 def test_refuses_images_it_cannot_resize(shape):
   with pytest.raises((tf.errors.InvalidArgumentError, ValueError)):
-    image_ops.resize_flip_normalise(tf.zeros(shape, tf.uint8), tf.constant(False), 8, MEAN, STD)
+    image_ops.resize_flip_normalise(tf.zeros(shape, tf.uint8), tf.constant(False), 8, *AFFINE)
