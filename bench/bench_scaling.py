@@ -81,8 +81,7 @@ SMALL_CASE_BYTES, SMALL_CASE_TURNS, SMALL_CASE_CALLS = 8 * MB, 3, 4
 LARGE_CASE_TURNS = 2
 SIZES = [1 * MB, 8 * MB, 32 * MB]
 GRADIENT_SETS = ["resnet50"]
-FULL = {"sizes": [1 * MB, 4 * MB, 16 * MB, 64 * MB], "gradient_sets": ["resnet50", "alexnet"],
-        "calibration_sizes": CALIBRATION_SIZES}
+FULL = {"sizes": [1 * MB, 4 * MB, 16 * MB, 64 * MB], "gradient_sets": ["resnet50", "alexnet"]}
 ALGORITHMS = ["flat", "hier", "hybrid", "horovod"]
 TRAIN_VARIANTS = ["horovod", "hybrid"]
 THRESHOLD_MB = 32.0
@@ -102,9 +101,8 @@ LAUNCHES = [("1x1", 1, 1, False, True), ("2x1", 2, 1, False, True), ("2x2", 2, 2
 # The small ResNet and ResNet-50 at a reduced resolution (the two); --full adds
 # every algorithm as a training variant.
 TRAIN_MODELS = [("resnet20", 10, (32, 32, 3)), ("resnet50", 1000, (64, 64, 3))]
-FULL_TRAIN_MODELS = TRAIN_MODELS
 TRAIN_BATCH = 16
-LAUNCH_TIMEOUT_S = 900  # the default 2x2 launch took 436-479 s on the idle machine
+LAUNCH_TIMEOUT_S = 900  # the default 2x2 launch took 539 s on the idle machine
 
 
 # ------------------------------------------------------------------ model --
@@ -288,10 +286,9 @@ def worker(args):
   from comm.topology import World
   from flags.comm import CommConfig
 
-  global CALIBRATION_SIZES, SIZES, GRADIENT_SETS, TRAIN_MODELS, TRAIN_VARIANTS
+  global SIZES, GRADIENT_SETS, TRAIN_VARIANTS
   if args.full:
-    CALIBRATION_SIZES, SIZES, GRADIENT_SETS = FULL["calibration_sizes"], FULL["sizes"], FULL["gradient_sets"]
-    TRAIN_MODELS, TRAIN_VARIANTS = FULL_TRAIN_MODELS, ALGORITHMS
+    SIZES, GRADIENT_SETS, TRAIN_VARIANTS = FULL["sizes"], FULL["gradient_sets"], ALGORITHMS
   tf.get_logger().setLevel("ERROR")  # one tf.function per calibration size: TF's retracing warning is expected
   hvd.init()
   # horovodrun -H numbers ranks host by host, as World assumes.
@@ -449,9 +446,9 @@ def worker(args):
         # plan (flat, hybrid) still differed by 10% in the 21 ms rows of 2x2.
         small = sum(tensor_bytes) <= SMALL_CASE_BYTES
         turns = SMALL_CASE_TURNS if small else LARGE_CASE_TURNS
+        per_timing = SMALL_CASE_CALLS if small else 1
         for t in range(turns):
           for algorithm in (ALGORITHMS[i] for i in turn_order(r * turns + t, len(ALGORITHMS))):
-            per_timing = SMALL_CASE_CALLS if small else 1
             sync()
             before = link_bytes()
             start = time.perf_counter()
