@@ -44,6 +44,7 @@ from input import pipeline  # noqa: E402
 from models import build_model  # noqa: E402
 from optimizers import build_optimizer, precision, schedules  # noqa: E402
 from progress import Progress, emit, logger, write_json_atomic  # noqa: E402
+from training import step as step_lib  # noqa: E402
 
 flags.define_flags()
 FLAGS = absl_flags.FLAGS
@@ -101,9 +102,6 @@ def main(argv):
                       zero_init_residual=config.model.zero_init_residual)
   log("model %s: %s trainable parameters, precision %s", config.model.name,
       f"{sum(int(tf.size(v)) for v in model.trainable_variables):,}", config.optim.precision)
-  # One-hot targets, so label smoothing can apply; float32 logits -> fp32 loss.
-  loss_fn = keras.losses.CategoricalCrossentropy(from_logits=True,
-                                                 label_smoothing=config.optim.label_smoothing)
 
   # ------------------------------------------------------------ optimizer --
   schedule = schedules.from_epochs(
@@ -137,41 +135,20 @@ def main(argv):
 
   # ---------------------------------------------------- communication + step --
   exchange = make_gradient_exchange(config.comm, hvd, world, log)  # hybrid probes the links here
-  learning_rate = optimizer.learning_rate
-
-  @tf.function
-  def train_step(images, labels, lr):
-    with tf.GradientTape() as tape:
-      logits = model(images, training=True)
-      loss = loss_fn(tf.one_hot(labels, info.num_classes), logits)
-      scaled_loss = loss_scale.scale_loss(loss)  # fp16: keeps small gradients above underflow
-    grads = tape.gradient(scaled_loss, model.trainable_variables)
-    grads = exchange(grads)  # the one place gradients cross ranks
-    # Unscale in fp32 before the optimizer: LARS's trust ratio must see true gradients.
-    grads = loss_scale.unscale(grads)
-    learning_rate.assign(lr)
-    # fp16: the exchanged gradients are identical on every rank, so is this
-    # finite verdict; an overflow skips the update everywhere and lowers the scale.
-    loss_scale.apply_if_finite(grads, lambda: optimizer.apply_gradients(zip(grads, model.trainable_variables)))
-    correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32))
-    return loss, correct
-
-  @tf.function
-  def eval_step(images, labels):
-    logits = model(images, training=False)
-    loss = tf.reduce_sum(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
-    correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32))
-    return tf.stack([loss, correct, tf.cast(tf.size(labels), tf.float32)])
+  # The step users run, and the benchmarks time (training/step.py).
+  train_step = step_lib.make_train_step(model, optimizer, exchange, loss_scale, info.num_classes,
+                                        config.optim.label_smoothing)
+  eval_step = step_lib.make_eval_step(model)
 
   def evaluate():
     """Global held-out (top-1, loss): sums over ranks, not an average of rank averages."""
     dataset = data.eval()
     if dataset is None:
       return None, None
-    totals = tf.zeros([3])
+    totals = tf.zeros([4])
     for images, labels in dataset:
       totals += eval_step(images, labels)
-    loss_sum, correct, count = hvd.allreduce(totals, op=hvd.Sum, name="eval_totals").numpy()
+    loss_sum, correct, _, count = hvd.allreduce(totals, op=hvd.Sum, name="eval_totals").numpy()
     return float(correct / count), float(loss_sum / count)
 
   # ----------------------------------------------------------------- loop --
@@ -187,7 +164,7 @@ def main(argv):
     batches = data.train_epoch(epoch, first_step=offset, count=last_step - step)
     for images, labels in batches:
       lr = schedule(step)
-      batch_loss, correct = train_step(images, labels, tf.constant(lr, tf.float32))
+      batch_loss, correct, _ = train_step(images, labels, tf.constant(lr, tf.float32))
       step += 1
       step_var.assign(step)
       progress.step(step, batch_loss, correct, lr)

@@ -86,7 +86,7 @@ def worker(args):
   import tensorflow as tf
 
   import comm
-  from comm import gradient_sets
+  from models import gradient_sets
   from comm.exchange import make_gradient_exchange
   from flags.comm import CommConfig
 

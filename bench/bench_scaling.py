@@ -280,7 +280,8 @@ def worker(args):
   import numpy as np
   import tensorflow as tf
 
-  from comm import gradient_sets, hierarchical
+  from comm import hierarchical
+  from models import gradient_sets
   from comm.cost_model import CostModel, Link, fit
   from comm.exchange import GradientExchange
   from comm.topology import World
@@ -624,7 +625,7 @@ def simulation(two_by_two):
   Not with this machine's calibration: its alpha (hundreds of ms of CPU
   scheduling per call) would extrapolate to hours and say nothing about a cluster.
   """
-  from comm import gradient_sets
+  from models import gradient_sets
   tensors = {m: [4 * int(_prod(shape)) for shape in gradient_sets.shapes(m)] for m in SIM_MODELS}
   out = {"p40": {"params": {"ranks_per_node": P40["local"], "intra": "PCIe 3.0: 5 us per ring step, 10 GB/s",
                             "inter": "100 Gbit/s: 10 us per ring step, 10 GB/s"},

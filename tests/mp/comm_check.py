@@ -20,9 +20,11 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import comm  # noqa: E402
-from comm import gradient_sets  # noqa: E402
+from models import gradient_sets  # noqa: E402
 from comm.exchange import make_gradient_exchange  # noqa: E402
 from flags.comm import CommConfig  # noqa: E402
+from optimizers import precision  # noqa: E402
+from training.step import make_train_step  # noqa: E402
 
 SMALL = [((), "float32"), ((1,), "float32"), ((7,), "float32"), ((3, 5), "float32"), ((0,), "float32"),
          ((1001,), "float32"), ((3, 3, 3, 17), "float32"), ((), "float16"), ((13,), "float16"),
@@ -112,24 +114,19 @@ def main():
                              tf.keras.layers.GlobalAveragePooling2D(), tf.keras.layers.Dense(10)])
   start = [v.numpy() for v in net.trainable_variables]
   rng = np.random.default_rng(rank)
-  batches = [(rng.standard_normal((8, 8, 8, 1)).astype(np.float32), rng.integers(0, 10, 8)) for _ in range(3)]
-  loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+  batches = [(rng.standard_normal((8, 8, 8, 1)).astype(np.float32), rng.integers(0, 10, 8).astype(np.int32)) for _ in range(3)]
+  optimizer = tf.keras.optimizers.SGD(0.1)
+  optimizer.build(net.trainable_variables)
 
   def train(config):
     for v, s in zip(net.trainable_variables, start):
       v.assign(s)
-    exchange = make_gradient_exchange(config, hvd, world)
-
-    @tf.function
-    def step(images, labels):
-      with tf.GradientTape() as tape:
-        loss = loss_fn(labels, net(images, training=True))
-      grads = exchange(tape.gradient(loss, net.trainable_variables))
-      for v, g in zip(net.trainable_variables, grads):
-        v.assign_sub(0.1 * g)
+    # train.py's own step (training/step.py), fp32: plain SGD at LR 0.1.
+    step = make_train_step(net, optimizer, make_gradient_exchange(config, hvd, world),
+                           precision.for_precision("fp32"), num_classes=10)
 
     for images, labels in batches:
-      step(images, labels)
+      step(images, labels, tf.constant(0.1))
     return [v.numpy() for v in net.trainable_variables]
 
   progress(world, "training")

@@ -2,8 +2,8 @@
 skipped on every rank (weights and LARS slots unchanged, loss scale halved), and the next
 clean step updates every rank identically. Prints 'OK rank N'.
 
-The step below has train.py's order: scaled loss -> scaled grads -> exchange -> unscale
--> one finite verdict -> LARS update or skip."""
+The step is train.py's own (training/step.py): scaled loss -> scaled grads -> exchange
+-> unscale -> one finite verdict -> LARS update or skip."""
 import os
 import sys
 
@@ -21,6 +21,7 @@ from flags.comm import CommConfig  # noqa: E402
 from models import build_model  # noqa: E402
 from optimizers import precision  # noqa: E402
 from optimizers.lars import LARS  # noqa: E402
+from training.step import make_train_step  # noqa: E402
 
 
 def main():
@@ -34,19 +35,13 @@ def main():
   sync.broadcast_state(model.variables + optimizer.variables, hvd)
   loss_scale = precision.DynamicLossScale(enabled=True, initial_scale=2.0 ** 10, growth_interval=2)
   exchange = make_gradient_exchange(CommConfig(), hvd, world)
-  loss_fn = keras.losses.CategoricalCrossentropy(from_logits=True)
   variables = model.trainable_variables
+  train_step = make_train_step(model, optimizer, exchange, loss_scale, num_classes=10)
 
-  @tf.function
   def step(images, labels, poison):
-    with tf.GradientTape() as tape:
-      loss = loss_fn(tf.one_hot(labels, 10), model(images, training=True))
-      scaled_loss = loss_scale.scale_loss(loss)
-    grads = tape.gradient(scaled_loss, variables)
-    grads = [grads[0] * poison] + grads[1:]  # the forced overflow: inf on one rank only
-    grads = exchange(grads)
-    grads = loss_scale.unscale(grads)
-    return loss_scale.apply_if_finite(grads, lambda: optimizer.apply_gradients(zip(grads, variables)))
+    # The forced overflow: inf images on one rank only make its gradients
+    # non-finite, and so the exchanged mean on every rank.
+    return train_step(images * poison, labels, tf.constant(1.0))[2]
 
   rng = np.random.default_rng(rank)
   images = tf.constant(rng.standard_normal((8, 8, 8, 1)), tf.float32)

@@ -6,12 +6,13 @@ those change: ResNet-50 161 tensors / 25.6 M parameters, AlexNet 16 / 61 M
 """
 import functools
 
+from models import build_model
+
 IMAGENET = (1000, (224, 224, 3))
 
 
 @functools.lru_cache(maxsize=None)
 def shapes(model: str) -> tuple[tuple[int, ...], ...]:
   """The trainable variables' shapes of models.build_model(model, 1000, (224, 224, 3)), in order."""
-  from models import build_model
   net = build_model(model, *IMAGENET)
   return tuple(tuple(v.shape) for v in net.trainable_variables)

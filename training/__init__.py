@@ -1,0 +1,1 @@
+"""The training step and what keeps a long run alive around it."""
