@@ -1,4 +1,5 @@
 """Agreement between ranks outside the gradient path: initial state and errors."""
+import numpy as np
 import tensorflow as tf
 
 
@@ -35,6 +36,17 @@ def first_error(message: str | None, hvd) -> str | None:
   return next((m for m in messages if m), None)
 
 
+def agree_max(hvd):
+  """agree(codes) -> codes' elementwise max over all ranks, for inside a tf.function.
+
+  The stop and divergence verdicts of training/step.py: one small int32
+  allreduce per step, which Horovod's coordinator negotiates in the same
+  cycle as the step's gradients (a separate eager call would cost a cycle
+  and a host sync of its own).
+  """
+  return lambda codes: hvd.allreduce(codes, op=hvd.Max, name="agree_codes")
+
+
 def fingerprint(variables) -> tf.Tensor:
   """float64 (3 * len(variables),): per variable sum, sum of squares and position-weighted sum.
 
@@ -53,7 +65,9 @@ def replicas_identical(variables, hvd) -> bool:
 
   Data-parallel SGD applies the same averaged update everywhere, so trainable
   weights must stay identical; BatchNorm's moving statistics are per rank by
-  design (Goyal et al.) and are not passed here.
+  design (Goyal et al.) and are not passed here. NaN in the same places on
+  every rank counts as identical: weights that are non-finite everywhere are
+  a divergence of the run, not of one rank from the others.
   """
   prints = hvd.allgather(fingerprint(variables)[None], name="replica_fingerprint").numpy()
-  return bool((prints == prints[0]).all())
+  return all(np.array_equal(p, prints[0], equal_nan=True) for p in prints)

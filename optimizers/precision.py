@@ -10,7 +10,7 @@ gradients underflow unless the loss is multiplied by a scale S first. The
 order of one fp16 step (train.py) is
 
   scaled loss -> scaled grads -> exchange (comm/) -> unscale in fp32 ->
-  one finite check -> update, or skip the step and lower S
+  one finite check -> update, or skip the step (and, fp16 only, lower S)
 
 The check runs on the exchanged gradients, which are identical on every rank
 (an inf or NaN on any rank makes the average non-finite everywhere), so every
@@ -67,22 +67,26 @@ class DynamicLossScale:
       return grads
     return [tf.cast(g, tf.float32) / self.scale for g in grads]
 
-  def apply_if_finite(self, grads, apply) -> tf.Tensor:
-    """Call apply() if every gradient is finite, else skip it; update S. Returns the verdict."""
-    if not self.enabled:
-      apply()
-      return tf.constant(True)
-    finite = all_finite(grads)
+  def apply_if_finite(self, grads, apply, finite=None) -> tf.Tensor:
+    """Call apply() if every gradient is finite, else skip it; update S (fp16). Returns the verdict.
+
+    finite: the verdict when the caller has one (training/step.py adds every
+    rank's loss to it), else taken from grads. fp32 and bf16 skip a
+    non-finite update too, so inf/NaN never reaches the weights; the training
+    loop then stops the run (divergence), while fp16 lowers S and goes on.
+    """
+    finite = all_finite(grads) if finite is None else finite
 
     def update():
       apply()
       return tf.constant(True)
 
     tf.cond(finite, update, lambda: tf.constant(False))
-    scale, good_steps = next_state(self.scale, self.good_steps, finite, self.growth_interval,
-                                   self.factor, self.min_scale)
-    self.scale.assign(scale)
-    self.good_steps.assign(good_steps)
+    if self.enabled:
+      scale, good_steps = next_state(self.scale, self.good_steps, finite, self.growth_interval,
+                                     self.factor, self.min_scale)
+      self.scale.assign(scale)
+      self.good_steps.assign(good_steps)
     return finite
 
 

@@ -33,12 +33,17 @@ def test_all_finite(values, want):
   assert bool(precision.all_finite([tf.constant(v, tf.float32) for v in values])) == want
 
 
-def test_disabled_scale_is_the_identity_and_always_applies():
+def test_disabled_scale_is_the_identity_and_never_applies_a_non_finite_update():
   ls = precision.for_precision("bf16")
   loss, grads = tf.constant(2.5), [tf.constant([np.inf])]
   assert ls.scale_loss(loss) is loss and ls.unscale(grads) is grads
   calls = []
-  assert bool(ls.apply_if_finite(grads, lambda: calls.append(1)))
+  assert not bool(ls.apply_if_finite(grads, lambda: calls.append(1)))
+  assert calls == [] and float(ls.scale) == 1.0
+  assert bool(ls.apply_if_finite([tf.constant([1.0])], lambda: calls.append(1)))
+  assert calls == [1]
+  # The caller's verdict (every rank's loss) overrides finite gradients.
+  assert not bool(ls.apply_if_finite([tf.constant([1.0])], lambda: calls.append(1), tf.constant(False)))
   assert calls == [1]
 
 

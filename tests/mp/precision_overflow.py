@@ -1,6 +1,7 @@
 """Run under horovodrun -np 2: an fp16 step whose gradient overflows on one rank only is
 skipped on every rank (weights and LARS slots unchanged, loss scale halved), and the next
-clean step updates every rank identically. Prints 'OK rank N'.
+clean step updates every rank identically; a stop request made on one rank is returned
+by the step on every rank. Prints 'OK rank N'.
 
 The step is train.py's own (training/step.py): scaled loss -> scaled grads -> exchange
 -> unscale -> one finite verdict -> LARS update or skip."""
@@ -36,7 +37,8 @@ def main():
   loss_scale = precision.DynamicLossScale(enabled=True, initial_scale=2.0 ** 10, growth_interval=2)
   exchange = make_gradient_exchange(CommConfig(), hvd, world)
   variables = model.trainable_variables
-  train_step = make_train_step(model, optimizer, exchange, loss_scale, num_classes=10)
+  train_step = make_train_step(model, optimizer, exchange, loss_scale, num_classes=10,
+                               agree=sync.agree_max(hvd))
 
   def step(images, labels, poison):
     # The forced overflow: inf images on one rank only make its gradients
@@ -65,6 +67,10 @@ def main():
 
   step(images, labels, tf.constant(1.0, tf.float32))  # second good step in a row: scale doubles
   assert float(loss_scale.scale) == 2.0 ** 10 and int(loss_scale.good_steps) == 0
+
+  # A stop request on one rank comes back from the step on every rank.
+  _, _, _, stop = train_step(images, labels, tf.constant(1.0), tf.constant(10 if rank == 1 else 0))
+  assert int(stop) == 10, int(stop)
   print(f"OK rank {rank}", flush=True)
 
 
