@@ -22,6 +22,8 @@ summary (final_top1, final_loss, images_per_sec, ranks, global_batch, ...).
 """
 import json
 import os
+import shutil
+import signal
 import sys
 import time
 
@@ -44,6 +46,7 @@ from input import pipeline  # noqa: E402
 from models import build_model  # noqa: E402
 from optimizers import build_optimizer, precision, schedules  # noqa: E402
 from progress import Progress, emit, logger, write_json_atomic  # noqa: E402
+from training import outcome, signals, watchdog as watchdog_lib  # noqa: E402
 from training import step as step_lib  # noqa: E402
 
 flags.define_flags()
@@ -53,7 +56,15 @@ FLAGS = absl_flags.FLAGS
 def fail(message: str) -> None:
   """Stop this rank with one sentence on stderr and exit status 2 (every rank calls it)."""
   emit(f"error: {message}")
-  sys.exit(2)
+  sys.exit(outcome.BAD_INPUT)
+
+
+def horovod_stall_defaults(stall_timeout: float) -> None:
+  """Horovod's stall inspector (rank 0's coordinator) warns, naming the ranks that have not
+  submitted a tensor, well before our watchdog ends the job; its own shutdown stays off,
+  since the watchdog's line names the culprit and its limit follows the step time."""
+  if stall_timeout > 0:
+    os.environ.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", str(int(max(5, min(60, stall_timeout / 2)))))
 
 
 def main(argv):
@@ -61,6 +72,11 @@ def main(argv):
     fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value (see --helpfull).")
 
   # ---------------------------------------------------------------- setup --
+  # A signal from here on asks for a stop after the step it arrives in
+  # (training/signals.py): a preempted or cancelled job keeps its progress.
+  stop_request = signals.StopRequest()
+  stop_request.install()
+  horovod_stall_defaults(FLAGS.stall_timeout)
   # Horovod: initialise once (comm.init); everything below knows its rank and
   # node from `world`, validated against --ranks_per_node on every rank.
   try:
@@ -72,9 +88,16 @@ def main(argv):
   tf.config.threading.set_intra_op_parallelism_threads(threads)
   tf.config.threading.set_inter_op_parallelism_threads(2)
   # Paths can differ between hosts: gather every rank's verdict so all stop together.
+  heartbeats = os.path.join(config.run.model_dir, "heartbeats")
+  if world.is_chief:  # a previous run's heartbeats would name ranks of another job
+    shutil.rmtree(heartbeats, ignore_errors=True)
   problem = sync.first_error(flags.check_paths(config), hvd)
   if problem:
     fail(problem)
+  # A rank that stops making progress ends the job with a line naming it (training/watchdog.py).
+  watchdog = watchdog_lib.Watchdog(world.rank, world.size, config.faults.stall_timeout, heartbeats,
+                                   newest_checkpoint=lambda: manager and manager.latest_checkpoint)
+  watchdog.start()
   # Our lines on rank 0 only; TensorFlow's INFO chatter (one per checkpoint save) off.
   logging.set_verbosity(logging.WARNING)
   log = logger(world.is_chief)
@@ -85,6 +108,7 @@ def main(argv):
   # ---------------------------------------------------------------- input --
   pipeline.prepare(config.data, world)
   sync.barrier(hvd, "input_ready")  # wait for the node's writer before anyone reads
+  watchdog.progress(0, "setup", timed=False)
   # Images leave the pipeline in the model's compute dtype (half the bytes in bf16/fp16).
   compute_dtype = keras.mixed_precision.Policy(precision.POLICIES[config.optim.precision]).compute_dtype
   data = pipeline.build(config.data, world, config.run.seed, dtype=compute_dtype)
@@ -120,7 +144,7 @@ def main(argv):
   # LR schedule and the same data order. Rank 0 restores, then broadcasts.
   step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
   checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
-  manager = None
+  manager = None  # rank 0's; the watchdog's line names its newest checkpoint
   if world.is_chief:
     manager = tf.train.CheckpointManager(checkpoint, config.run.model_dir,
                                          max_to_keep=config.run.keep_checkpoints)
@@ -132,13 +156,15 @@ def main(argv):
   # Horovod: identical initial weights, BN statistics, optimizer slots and step everywhere.
   sync.broadcast_state(model.variables + optimizer.variables + [step_var], hvd)
   start_step = int(step_var)
+  watchdog.progress(start_step, "setup", timed=False)
 
   # ---------------------------------------------------- communication + step --
   exchange = make_gradient_exchange(config.comm, hvd, world, log)  # hybrid probes the links here
   # The step users run, and the benchmarks time (training/step.py).
   train_step = step_lib.make_train_step(model, optimizer, exchange, loss_scale, info.num_classes,
-                                        config.optim.label_smoothing)
+                                        config.optim.label_smoothing, agree=sync.agree_max(hvd))
   eval_step = step_lib.make_eval_step(model)
+  watchdog.progress(start_step, "setup", timed=False)
 
   def evaluate():
     """Global held-out (top-1, loss): sums over ranks, not an average of rank averages."""
@@ -146,8 +172,10 @@ def main(argv):
     if dataset is None:
       return None, None
     totals = tf.zeros([4])
+    watchdog.mark("eval")
     for images, labels in dataset:
       totals += eval_step(images, labels)
+      watchdog.progress(step, "eval", timed=False)
     loss_sum, correct, _, count = hvd.allreduce(totals, op=hvd.Sum, name="eval_totals").numpy()
     return float(correct / count), float(loss_sum / count)
 
@@ -155,28 +183,59 @@ def main(argv):
   writer = tf.summary.create_file_writer(os.path.join(config.run.model_dir, "tb")) if world.is_chief else None
   progress = Progress(world.is_chief, config.data.global_batch, config.data.batch_size,
                       start_step, last_step, steps_per_epoch, config.run.log_every, writer)
+  def save(step):
+    """Rank 0 checkpoints at this step (a no-op elsewhere, or where one exists already)."""
+    if manager and manager.latest_checkpoint != os.path.join(config.run.model_dir, f"ckpt-{step}"):
+      watchdog.mark("checkpoint")
+      manager.save(checkpoint_number=step)
+      watchdog.progress(step, "checkpoint", timed=False)
+    progress.resume()
+
   top1 = loss = None
   step = start_step
+  verdict = outcome.Verdict(outcome.OK, 0)
   log("training steps %d..%d (%d per epoch, %.1f epochs)", start_step, last_step,
       steps_per_epoch, last_step / steps_per_epoch)
-  while step < last_step:
+  while step < last_step and verdict.status == outcome.OK:
     epoch, offset = divmod(step, steps_per_epoch)
     batches = data.train_epoch(epoch, first_step=offset, count=last_step - step)
+    watchdog.mark("input")
     for images, labels in batches:
       lr = schedule(step)
-      batch_loss, correct, _ = train_step(images, labels, tf.constant(lr, tf.float32))
+      watchdog.mark("step")
+      batch_loss, correct, finite, stop = train_step(images, labels, tf.constant(lr, tf.float32),
+                                                     tf.constant(stop_request.code, tf.int32))
       step += 1
+      # One host read per step, of verdicts identical on every rank: all ranks leave together.
+      verdict = outcome.after_step(bool(finite), int(stop), verdict.skipped,
+                                   config.optim.precision == "fp16", config.faults.max_skipped_steps)
+      if verdict.status == outcome.DIVERGED:
+        step -= 1  # the update was not applied: the weights are those after the step before
+        break
       step_var.assign(step)
+      watchdog.progress(step)
       progress.step(step, batch_loss, correct, lr)
-      if manager and config.run.checkpoint_every and step % config.run.checkpoint_every == 0:
-        manager.save(checkpoint_number=step)
-        progress.resume()
-    if step % steps_per_epoch == 0 or step == last_step:
+      if verdict.status != outcome.OK:
+        break
+      watchdog.mark("input")
+      if config.run.checkpoint_every and step % config.run.checkpoint_every == 0:
+        save(step)
+    if verdict.status == outcome.STOPPED:
+      save(step)
+      stop_line = (f"stopped: {stop_request.reason or signals.name(int(stop)) + ' on another rank'} at "
+                   f"step {step} (epoch {step / steps_per_epoch:.2f}); checkpoint "
+                   f"{manager.latest_checkpoint if manager else 'written by rank 0'}; run the same command "
+                   f"to resume (exit {outcome.STOPPED})")
+    elif verdict.status == outcome.DIVERGED:
+      skipped = f", {verdict.skipped} overflow-skipped steps in a row" if verdict.skipped > 1 else ""
+      stop_line = (f"diverged: non-finite loss or gradient at step {step + 1} (lr {lr:.5g}{skipped}); the "
+                   "update was not applied and no checkpoint is written; newest good checkpoint "
+                   f"{(manager and manager.latest_checkpoint) or 'none'}; lower --base_lr or lengthen "
+                   f"--warmup_epochs (exit {outcome.DIVERGED})")
+    elif step % steps_per_epoch == 0 or step == last_step:
       top1, loss = evaluate()
       progress.epoch_end(step, top1, loss)
-      if manager:
-        manager.save(checkpoint_number=step)
-      progress.resume()
+      save(step)
   if top1 is None and start_step == last_step:  # nothing left to train: still report
     top1, loss = evaluate()
 
@@ -185,6 +244,7 @@ def main(argv):
   if not identical:
     logging.warning("ranks hold different weights after training: a rank diverged")
   summary = {
+      "status": outcome.STATUS_WORDS[verdict.status],
       "final_top1": top1, "final_loss": loss,
       "images_per_sec": progress.images_per_sec(),
       "ranks": world.size, "global_batch": config.data.global_batch,
@@ -195,9 +255,23 @@ def main(argv):
       "optimizer": config.optim.optimizer, "precision": config.optim.precision,
       "replicas_identical": identical,
   }
+  if verdict.status != outcome.OK:
+    summary["stopped_at_step"] = step
   if world.is_chief:
     write_json_atomic(os.path.join(config.run.model_dir, "summary.json"), summary)
+    if verdict.status != outcome.OK:
+      emit(stop_line)
     emit(json.dumps(summary), sys.stdout)
+  watchdog.close()
+  stop_request.close()
+  if verdict.status != outcome.OK:
+    # Leave together: with mpirun or Gloo's horovodrun, the first rank to exit
+    # non-zero makes the launcher kill the rest, which must not catch rank 0
+    # before its checkpoint and summary are written.
+    sync.barrier(hvd, "exit")
+    for sig in signals.STOP_SIGNALS:  # the launcher's clean-up signal is no longer a request
+      signal.signal(sig, signal.SIG_IGN)
+    sys.exit(verdict.status)
 
 
 if __name__ == "__main__":

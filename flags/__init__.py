@@ -10,10 +10,10 @@ import os
 from absl import flags as absl_flags
 
 from comm.topology import World
-from flags import comm, data, model, optim, run
+from flags import comm, data, faults, model, optim, run
 from flags.errors import ConfigError
 
-_SECTIONS = (run, data, model, optim, comm)
+_SECTIONS = (run, data, model, optim, comm, faults)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,6 +23,7 @@ class Config:
   model: model.ModelConfig
   optim: optim.OptimConfig
   comm: comm.CommConfig
+  faults: faults.FaultConfig
   world: World
 
   def to_json(self) -> dict:
@@ -45,7 +46,8 @@ def build_config(f, world: World) -> Config:
   verdict without talking to the others.
   """
   return Config(run=run.build(f), data=data.build(f, world), model=model.build(f),
-                optim=optim.build(f), comm=comm.build(f), world=world)
+                optim=optim.build(f), comm=comm.build(f),
+                faults=faults.build(f), world=world)
 
 
 def check_paths(config: Config) -> str | None:
