@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/.venv/bin:$(PATH)
 NP ?= 2
 MODEL_DIR ?= runs/train-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup setup-gpu ops test test-fast test-mp train clean
+.PHONY: setup setup-gpu ops test test-fast test-mp train docs clean
 
 setup:  ## apt packages, .venv, pinned packages, Horovod built with TF + MPI + Gloo
 	bash scripts/setup.sh
@@ -30,6 +30,9 @@ test-mp: ops  ## multi-process tests under horovodrun only
 
 train: ops  ## ResNet-20 on the digits set, 2 ranks; prints one JSON line, writes summary.json
 	horovodrun -np $(NP) $(PY) train.py --model_dir=$(MODEL_DIR) $(ARGS)
+
+docs:  ## rewrite docs/flags.md from the flag definitions in flags/ (scripts/flag_table.py)
+	$(PY) scripts/flag_table.py
 
 clean:  ## remove runs and generated data (not .venv)
 	rm -rf runs data/digits results/*.tmp-*
