@@ -40,8 +40,10 @@ def define() -> None:
   absl_flags.DEFINE_string(
       "hybrid_cost", "probe",
       "hybrid's cost model: 'probe' (time a few collectives per level at start-up) or "
-      "'ALPHA_INTRA_US,GBPS_INTRA,ALPHA_INTER_US,GBPS_INTER', latency in microseconds per "
-      "collective and bandwidth in GB/s, e.g. 300,5,300,1.")
+      "'ALPHA_INTRA_US,GBPS_INTRA,ALPHA_INTER_US,GBPS_INTER[,mpi|ring]', latency in microseconds "
+      "per collective, bandwidth in GB/s (across nodes: per host link), and the flat allreduce's "
+      "model (mpi: Open MPI's hierarchy-aware one, the default; ring: Gloo's or NCCL's), e.g. "
+      "300,5,300,12.5,ring.")
 
 
 def build(f) -> CommConfig:
