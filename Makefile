@@ -4,6 +4,10 @@ PY := .venv/bin/python
 # Open MPI refuses root unless told; horovodrun passes these through.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+# mpirun answers SIGTERM/SIGINT by sending the ranks SIGTERM and, 1 s later by
+# default, SIGKILL: too soon for the step and checkpoint a stopping rank
+# finishes first (docs/faults.md). Give them 60 s.
+export OMPI_MCA_odls_base_sigkill_timeout ?= 60
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 NP ?= 2
 MODEL_DIR ?= runs/train-$(shell date +%Y%m%d-%H%M%S)
@@ -72,3 +76,7 @@ bench-comm: ops  ## allreduce algorithms (horovod, flat, hier, hybrid, mpi4py fl
 .PHONY: bench-scaling
 bench-scaling: ops  ## on an emulated 4-host cluster (root): cost model calibrated and checked, flat/hier/hybrid/horovod, training efficiency, simulation to 2,048 ranks; writes results/bench_scaling.json, scaling.md, scaling_*.png
 	$(PY) bench/bench_scaling.py $(ARGS)
+
+.PHONY: faults
+faults: ops  ## every fault (signals to the launcher and to ranks, a stopped rank, divergence, damaged checkpoints, a full disk) against real launches; writes results/faults.{md,json}
+	$(PY) -m bench.faults $(ARGS)

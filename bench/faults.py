@@ -16,6 +16,7 @@ The multi-process tests (tests/test_faults.py) assert the same properties
 through this module's Job; only this program reports times.
 """
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -29,7 +30,10 @@ import time
 import psutil
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
 PYTHON = sys.executable
+
+from progress import emit, write_json_atomic  # noqa: E402
 STEP_LINE = re.compile(r"step +(\d+)/\d+")
 USER_LINE = re.compile(r"^(?:\[\d+,\d+\]<std\w+>:)?((?:stopped|stalled|diverged|error|checkpoint)\b.*)$", re.M)
 CHECKPOINT = re.compile(r"^ckpt-(\d+)\.index$")
@@ -57,7 +61,7 @@ def newest_checkpoint(model_dir: str) -> int | None:
 class Job:
   """One launch of train.py (horovodrun, 2 ranks by default) in a session of its own.
 
-  Every pid the job ever had is recorded by a thread (every 50 ms), so
+  Every pid the job ever had is recorded by a thread (every 0.2 s), so
   processes that outlive their parent are still found; kill() ends exactly
   those, by pid.
   """
@@ -91,7 +95,7 @@ class Job:
         pass
 
   def _tracker(self) -> None:
-    while not self._stop.wait(0.05):
+    while not self._stop.wait(0.2):
       for proc in list(self._seen.values()):
         try:
           for child in proc.children(recursive=True):
@@ -195,3 +199,208 @@ class Job:
     self.kill()
     self._out.close()
     self._err.close()
+
+
+# ------------------------------------------------------------- the faults --
+BASE_ARGS = ("--max_steps=600", "--log_every=1", "--checkpoint_every=20", "--stall_timeout=30")
+FAULT_AT_STEP = 30       # the fault comes once rank 0 reported this step
+GONE_TIMEOUT_S = 240     # a job not gone by then is a hang: reported, then killed by pid
+RESUME_STEPS = 3         # the restart trains this many steps past its checkpoint
+
+# What a new user saw before this work (issue 10, 2 ranks, digits, --checkpoint_every=20).
+BEFORE = {
+    "sigkill-rank-mpi": "the job ends in 1.5 s, exit 137 (good)",
+    "sigkill-rank-gloo": "the job ends in 0.5 s, exit 1 (good)",
+    "sigterm-launcher-mpi": "horovodrun exits 143 at once; mpirun and both ranks go on training to "
+                            "the end of the run, still alive 9 minutes after the signal",
+    "sigint-launcher-mpi": "nothing happens for 60 s and more",
+    "sigstop-rank-mpi": "the job hangs for ever; with HOROVOD_STALL_CHECK_TIME_SECONDS=10 not one "
+                        "stall line in 90 s",
+    "truncated-checkpoint": "the restart dies with `IndexError: Read less bytes than requested` and a "
+                            "traceback; the older, intact checkpoints are never tried",
+    "disk-full": "a `ResourceExhaustedError` traceback",
+    "diverge-fp32": "60 steps of NaN loss, exit status 0, `final_loss: NaN` in summary.json, and a "
+                    "false warning \"ranks hold different weights after training\" on a one-rank run",
+}
+
+
+@dataclasses.dataclass
+class Fault:
+  """One row: a name, what it does, and how: `inject(job)` once training runs."""
+  name: str
+  what: str
+  inject: object           # callable(job) -> None, or None: the job is left alone
+  gloo: bool = False
+  args: tuple = ()
+  np_: int = 2
+  extra_env: dict = dataclasses.field(default_factory=dict)
+  at_step: int = FAULT_AT_STEP
+  setup: object = None     # callable(model_dir) -> None before the launch (a prior run, a damaged file)
+
+
+def _signal(sig, rank=None):
+  return lambda job: job.signal(sig, rank)
+
+
+def _signal_group(sig):
+  """What a terminal's Ctrl-C does: the signal to the launcher's whole process group."""
+  return lambda job: os.killpg(job.proc.pid, sig)
+
+
+def _signal_ranks(sig, ranks):
+  def inject(job):
+    for rank in ranks:
+      job.signal(sig, rank)
+  return inject
+
+
+
+
+def _launcher(fault: Fault) -> str:
+  return f"horovodrun {'Gloo' if fault.gloo else 'MPI'}, {fault.np_} rank{'s' if fault.np_ > 1 else ''}"
+
+
+def _last_line(job: Job) -> str:
+  lines = job.user_lines()
+  if lines:
+    return lines[-1]
+  text = [l for l in job.stderr().splitlines() if l.strip() and not STEP_LINE.search(l)]
+  return re.sub(r"^\[\d+,\d+\]<std\w+>:", "", text[-1]).strip() if text else ""
+
+
+def run_fault(fault: Fault, workdir: str) -> dict:
+  """Launch, fault, measure, relaunch: one row of results/faults.json."""
+  model_dir = os.path.join(workdir, fault.name)
+  if fault.setup:
+    fault.setup(model_dir)
+  emit(f"faults: {fault.name}: {fault.what} ({_launcher(fault)})")
+  with Job(model_dir, *BASE_ARGS, *fault.args, np_=fault.np_, gloo=fault.gloo, extra_env=fault.extra_env) as job:
+    at = job.wait_for_step(fault.at_step) if fault.at_step else 0
+    if fault.inject:
+      fault.inject(job)
+    seconds, left = job.wait_gone(GONE_TIMEOUT_S)
+    reached = job.step()
+    row = {"fault": fault.name, "what": fault.what, "launcher": _launcher(fault),
+           "seconds_to_gone": round(seconds, 1), "exit_status": job.proc.returncode,
+           "step_at_fault": at, "last_step": reached, "checkpoint_step": newest_checkpoint(model_dir),
+           "processes_left": len(left), "line": _last_line(job),
+           "traceback": "Traceback (most recent call last)" in job.stderr(),
+           "false_divergence_warning": "ranks hold different weights" in job.stderr()}
+  row["steps_lost"] = max(0, reached - (row["checkpoint_step"] or 0))
+  summary = os.path.join(model_dir, "summary.json")
+  row["summary_status"] = json.load(open(summary)).get("status") if os.path.exists(summary) else None
+  row.update(resume(fault, model_dir, row["checkpoint_step"]))
+  emit(f"faults: {fault.name}: exit {row['exit_status']}, gone in {row['seconds_to_gone']} s, "
+       f"{row['processes_left']} left, checkpoint {row['checkpoint_step']} of step {reached}; "
+       f"resumed from {row['resumed_from']}: {row['line'][:160]}")
+  return row
+
+
+RESUMED = re.compile(r"resumed from \S*ckpt-(\d+) at step (\d+)")
+
+
+def resume(fault: Fault, model_dir: str, checkpoint_step: int | None) -> dict:
+  """The same command again (a sane LR for the diverged rows): does it resume from the checkpoint?"""
+  args = [a for a in fault.args if not a.startswith(("--base_lr", "--warmup_epochs"))]
+  steps = (checkpoint_step or 0) + RESUME_STEPS
+  with Job(model_dir, *BASE_ARGS, *args, f"--max_steps={steps}", np_=fault.np_, gloo=fault.gloo) as job:
+    _, left = job.wait_gone(GONE_TIMEOUT_S)
+    found = RESUMED.search(job.stderr())
+    return {"resumed_from": int(found.group(1)) if found else None, "resume_exit_status": job.proc.returncode,
+            "resume_processes_left": len(left)}
+
+
+def prior_run(steps: int):
+  """A setup: a healthy run to `steps` first, so the fault meets checkpoints already written."""
+  def setup(model_dir):
+    with Job(model_dir, *BASE_ARGS, f"--max_steps={steps}") as job:
+      job.wait_gone(GONE_TIMEOUT_S)
+      if job.proc.returncode:
+        raise AssertionError(f"the prior run failed:\n{job.tail()}")
+  return setup
+
+
+FAULTS = [
+    Fault("sigkill-rank-mpi", "SIGKILL to rank 1", _signal(signal.SIGKILL, 1)),
+    Fault("sigkill-rank-gloo", "SIGKILL to rank 1", _signal(signal.SIGKILL, 1), gloo=True),
+    Fault("sigterm-launcher-mpi", "SIGTERM to horovodrun's pid", _signal(signal.SIGTERM)),
+    Fault("sigterm-launcher-gloo", "SIGTERM to horovodrun's pid", _signal(signal.SIGTERM), gloo=True),
+    Fault("sigint-launcher-mpi", "SIGINT to horovodrun's pid", _signal(signal.SIGINT)),
+    Fault("sigint-launcher-gloo", "SIGINT to horovodrun's pid", _signal(signal.SIGINT), gloo=True),
+    Fault("ctrl-c-mpi", "SIGINT to horovodrun's process group (a terminal's Ctrl-C)",
+          _signal_group(signal.SIGINT)),
+    Fault("sigterm-rank-mpi", "SIGTERM to rank 1 only", _signal(signal.SIGTERM, 1)),
+    Fault("sigusr1-rank-gloo", "SIGUSR1 (Slurm's preemption notice) to rank 0", _signal(signal.SIGUSR1, 0),
+          gloo=True),
+    Fault("sigterm-all-ranks-mpi", "SIGTERM to both ranks (a pod stop, srun forwarding)",
+          _signal_ranks(signal.SIGTERM, (0, 1))),
+    Fault("sigstop-rank-mpi", "SIGSTOP to rank 1 (a hung GPU or file system)", _signal(signal.SIGSTOP, 1)),
+    Fault("sigstop-rank-gloo", "SIGSTOP to rank 1", _signal(signal.SIGSTOP, 1), gloo=True),
+    Fault("sigstop-rank0-mpi", "SIGSTOP to rank 0 (the coordinator)", _signal(signal.SIGSTOP, 0)),
+    Fault("diverge-fp32", "--base_lr=1e6, fp32", None, args=("--base_lr=1e6", "--warmup_epochs=0"), at_step=0),
+    Fault("diverge-bf16", "--base_lr=1e6, bf16", None,
+          args=("--base_lr=1e6", "--warmup_epochs=0", "--precision=bf16"), at_step=0),
+    Fault("diverge-fp16", "--base_lr=1e6, fp16 (the loss scale cannot recover)", None,
+          args=("--base_lr=1e6", "--warmup_epochs=0", "--precision=fp16"), at_step=0),
+    Fault("diverge-fp32-1rank", "--base_lr=1e6, fp32, one rank", None,
+          args=("--base_lr=1e6", "--warmup_epochs=0"), np_=1, at_step=0),
+]
+
+
+# ------------------------------------------------------------------ report --
+def table(rows: list[dict]) -> str:
+  """results/faults.md's table: per fault, before and after (pure: rows in, markdown out)."""
+  out = ["| fault | launcher | before | after: what the user saw | exit | s to gone | left | "
+         "step / checkpoint (lost) | restart |", "|---|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    restart = (f"resumed from {r['resumed_from']}, exit {r['resume_exit_status']}" if r["resumed_from"] is not None
+               else f"fresh start, exit {r['resume_exit_status']}")
+    line = r["line"].replace("|", "\\|")
+    out.append(f"| {r['fault']}: {r['what']} | {r['launcher']} | {BEFORE.get(r['fault'], '(new)')} | "
+               f"`{line}`{' (traceback)' if r['traceback'] else ''} | {r['exit_status']} | "
+               f"{r['seconds_to_gone']} | {r['processes_left']} | {r['last_step']} / "
+               f"{r['checkpoint_step']} ({r['steps_lost']}) | {restart} |")
+  return "\n".join(out)
+
+
+def write_report(rows: list[dict], out_dir: str, seconds: float) -> None:
+  os.makedirs(out_dir, exist_ok=True)
+  write_json_atomic(os.path.join(out_dir, "faults.json"), {"rows": rows, "wall_seconds": round(seconds)})
+  with open(os.path.join(out_dir, "faults.md"), "w") as fh:
+    fh.write(f"""# Faults against real launches (`make faults`)
+
+Written by `python -m bench.faults` ({len(rows)} faults, {seconds / 60:.1f} minutes). Each fault: train.py
+on the digits set under horovodrun, 2 ranks on one host unless the row says otherwise,
+`{' '.join(BASE_ARGS)}`, the fault once rank 0 reported step {FAULT_AT_STEP}
+(the diverging rows resume a healthy 20-step run with `--base_lr=1e6`). "s to gone": from the
+fault to the last process of the job gone (every pid the job had is tracked). "left": processes
+still alive {GONE_TIMEOUT_S} s after the fault (then killed by pid). "step / checkpoint (lost)":
+the last step rank 0 reported, the newest checkpoint, the steps a restart repeats. "restart": the
+same command again (a sane LR for the diverged rows). Exit statuses: 75 stopped by a signal after a
+checkpoint (resumable), 4 stalled, 3 diverged, 2 bad input; horovodrun killed by the signal itself
+shows as a negative number (-15: SIGTERM). How each fault is handled: docs/faults.md.
+
+{table(rows)}
+""")
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--only", default="", help="comma-separated fault names (default: all)")
+  parser.add_argument("--out_dir", default=os.path.join(REPO, "results"))
+  args = parser.parse_args(argv)
+  chosen = [f for f in FAULTS if not args.only or f.name in args.only.split(",")]
+  unknown = set(filter(None, args.only.split(","))) - {f.name for f in FAULTS}
+  if unknown:
+    parser.error(f"unknown faults {sorted(unknown)}; choose from {', '.join(f.name for f in FAULTS)}")
+  start = time.time()
+  rows = []
+  with tempfile.TemporaryDirectory(prefix="faults-") as workdir:
+    for fault in chosen:
+      rows.append(run_fault(fault, workdir))
+  write_report(rows, args.out_dir, time.time() - start)
+  emit(table(rows), sys.stdout)
+
+
+if __name__ == "__main__":
+  main()

@@ -10,9 +10,12 @@ the stall limit, the rank prints one line and exits with outcome.STALLED, and
 mpirun/horovodrun end the rest.
 
 The limit is max(--stall_timeout, 20 x the median of the recent step times),
-so a job whose steps take minutes is not cut short; before the first step
-(model building, tracing, the hybrid probe) twice --stall_timeout and at
-least STARTUP_SECONDS, with each stage of the set-up counting as progress. Rank 0 fires first; the others wait
+so a job whose steps take minutes is not cut short; the first time a kind of
+work runs (the set-up, the first step, the first evaluation or checkpoint:
+model building, tracing, the hybrid probe) twice --stall_timeout and at least
+STARTUP_SECONDS, with each stage of the set-up counting as progress. (A
+30 s limit cut a healthy job short at its first evaluation, tracing the eval
+step with both cores loaded 8 times over.) Rank 0 fires first; the others wait
 GRACE_SECONDS more, so the line users read is rank 0's, which names the
 culprit: every rank writes a heartbeat file (step, phase, time, host, pid)
 into <model_dir>/heartbeats every HEARTBEAT_SECONDS from this thread, so a
@@ -37,11 +40,18 @@ RECENT_STEPS = 50
 # Before the first step: building the model and tracing the step took 10-20 s
 # for ResNet-20 on this loaded 2-core machine; ResNet-50's first step is minutes.
 STARTUP_SECONDS = 120
+# Kinds of work: the input of a step belongs to the step.
+KINDS = {"input": "step", "step": "step", "eval": "eval", "checkpoint": "checkpoint"}
 
 
-def stall_limit(floor_seconds: float, step_seconds: list[float], started: bool) -> float:
-  """Seconds without progress that count as a hang (pure; see the module docstring)."""
-  if not started:
+def stall_limit(floor_seconds: float, step_seconds: list[float], first_time: bool) -> float:
+  """Seconds without progress that count as a hang (pure; see the module docstring).
+
+  first_time: the work under way has not been done before in this process
+  (the set-up, the first step, the first evaluation or checkpoint), so it may
+  be tracing a function or building a dataset.
+  """
+  if first_time:
     return max(2 * floor_seconds, STARTUP_SECONDS)
   typical = statistics.median(step_seconds) if step_seconds else 0.0
   return max(floor_seconds, STEP_FACTOR * typical)
@@ -88,7 +98,7 @@ class Watchdog:
     self.step = 0
     self.phase = "startup"
     self._progress_time = time.time()
-    self._started = False
+    self._done_kinds: set[str] = set()
     self._step_seconds: list[float] = []
     self._done = threading.Event()
     self._thread = threading.Thread(target=self._run, name="watchdog", daemon=True)
@@ -104,9 +114,10 @@ class Watchdog:
     """Work was done: a step (timed=True adds its duration to the typical step time), an
     evaluation batch or a checkpoint (timed=False)."""
     now = time.time()
-    if timed and self._started:
+    kind = KINDS.get(phase, "setup")
+    if timed and kind in self._done_kinds and self.phase in ("input", "step"):
       self._step_seconds = (self._step_seconds + [now - self._progress_time])[-RECENT_STEPS:]
-    self._started = self._started or timed
+    self._done_kinds.add(kind)
     self.step, self.phase, self._progress_time = step, phase, now
 
   def close(self) -> None:
@@ -148,7 +159,7 @@ class Watchdog:
       if now - last_beat >= HEARTBEAT_SECONDS:
         self._beat()
         last_beat = now
-      limit = stall_limit(self.floor, self._step_seconds, self._started)
+      limit = stall_limit(self.floor, self._step_seconds, KINDS.get(self.phase, "setup") not in self._done_kinds)
       if self.rank:
         limit += GRACE_SECONDS
       idle = now - self._progress_time

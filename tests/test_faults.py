@@ -1,0 +1,81 @@
+"""Faults against real launches of train.py (2 ranks, digits): every process gone, the exit
+status that says why, a checkpoint at the step it stopped, and a restart that resumes from it.
+
+The machinery is bench/faults.py's Job (the same that `make faults` reports times with): each
+job runs in a session of its own and every pid it ever had is tracked, so the test ends exactly
+those processes, by pid, whatever happens.
+"""
+import json
+import os
+import re
+import signal
+
+import pytest
+
+from bench.faults import Job, newest_checkpoint
+from training import outcome
+
+pytestmark = pytest.mark.multiprocess
+
+ARGS = ("--max_steps=600", "--log_every=1", "--checkpoint_every=20")
+GONE_S = 600  # a bound, not a timing: a loaded 2-core machine took minutes to start and evaluate
+
+
+def resumes(model_dir, checkpoint, *args, gloo=False):
+  """The same command again resumes from `checkpoint` and finishes a few steps later."""
+  with Job(model_dir, *ARGS, *args, f"--max_steps={checkpoint + 2}", gloo=gloo) as job:
+    _, left = job.wait_gone(GONE_S)
+    assert job.proc.returncode == 0 and not left, job.tail()
+    assert re.search(rf"resumed from \S*ckpt-{checkpoint} at step {checkpoint}\b", job.stderr()), job.tail()
+
+
+@pytest.mark.parametrize("gloo, target", [(False, None), (True, 0), (False, 1)],
+                         ids=["sigterm-horovodrun-mpi", "sigusr1-rank0-gloo", "sigterm-rank1-mpi"])
+def test_a_signal_stops_every_rank_after_a_checkpoint_and_the_restart_resumes(tmp_path, gloo, target):
+  sig = signal.SIGUSR1 if gloo else signal.SIGTERM
+  with Job(str(tmp_path), *ARGS, gloo=gloo) as job:
+    job.wait_for_step(25, timeout=600)
+    job.signal(sig, target)
+    _, left = job.wait_gone(GONE_S)
+    assert not left, f"processes left: {left}\n{job.tail()}"
+    (line,) = [l for l in job.user_lines() if l.startswith("stopped:")]
+    stopped_at = int(re.search(r"at step (\d+)", line).group(1))
+    assert newest_checkpoint(str(tmp_path)) == stopped_at, (line, os.listdir(tmp_path))
+    assert f"exit {outcome.STOPPED}" in line and "Traceback" not in job.stderr(), job.tail()
+    if target is not None:  # the launcher itself was not signalled: it reports the ranks' status
+      assert job.proc.returncode == outcome.STOPPED, job.tail()
+    summary = json.load(open(tmp_path / "summary.json"))
+    assert summary["status"] == "stopped" and summary["stopped_at_step"] == stopped_at
+  resumes(str(tmp_path), stopped_at, gloo=gloo)
+
+
+def test_a_stopped_rank_ends_the_job_naming_it(tmp_path):
+  with Job(str(tmp_path), *ARGS, "--stall_timeout=20") as job:
+    job.wait_for_step(25, timeout=600)
+    job.signal(signal.SIGSTOP, 1)
+    _, left = job.wait_gone(GONE_S)
+    assert not left, f"processes left: {left}\n{job.tail()}"
+    assert job.proc.returncode == outcome.STALLED, job.tail()
+    lines = [l for l in job.user_lines() if l.startswith("stalled: rank 0")]
+    assert lines and re.search(r"rank 1 on \S+ \(pid \d+\) last heard \d+ s ago", lines[0]), job.tail()
+  resumes(str(tmp_path), newest_checkpoint(str(tmp_path)))
+
+
+@pytest.mark.parametrize("np_, precision", [(2, "fp32"), (2, "fp16"), (1, "bf16")])
+def test_divergence_stops_every_rank_and_keeps_the_good_checkpoint(tmp_path, np_, precision):
+  with Job(str(tmp_path), *ARGS, "--max_steps=20", np_=np_) as job:  # a healthy start: ckpt-20
+    job.wait_gone(GONE_S)
+    assert job.proc.returncode == 0, job.tail()
+  with Job(str(tmp_path), *ARGS, "--base_lr=1e6", "--warmup_epochs=0", f"--precision={precision}",
+           np_=np_) as job:
+    _, left = job.wait_gone(GONE_S)
+    assert not left and job.proc.returncode == outcome.DIVERGED, job.tail()
+    (line,) = [l for l in job.user_lines() if l.startswith("diverged:")]
+    assert "newest good checkpoint" in line and line.count("ckpt-20") == 1, line
+    if precision == "fp16":
+      assert "10 overflow-skipped steps in a row" in line, line
+    assert "ranks hold different weights" not in job.stderr(), job.tail()
+  summary = json.load(open(tmp_path / "summary.json"))
+  assert summary["status"] == "diverged" and summary["replicas_identical"] is True
+  assert newest_checkpoint(str(tmp_path)) == 20
+  resumes(str(tmp_path), 20)
