@@ -36,7 +36,7 @@ import tensorflow as tf  # noqa: E402
 from absl import app, logging  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
-import flags  # noqa: E402
+from flags import train_flags as flags  # noqa: E402  (define_flags, build_config, ...)
 import comm  # noqa: E402
 from comm import sync  # noqa: E402
 from comm.exchange import make_gradient_exchange  # noqa: E402

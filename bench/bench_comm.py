@@ -88,7 +88,7 @@ def worker(args):
   import comm
   from models import gradient_sets
   from comm.exchange import make_gradient_exchange
-  from flags.comm import CommConfig
+  from flags.config import CommConfig
 
   world = comm.init(hvd, args.ranks_per_node)
   tf.config.threading.set_inter_op_parallelism_threads(2)
@@ -162,7 +162,7 @@ def overlap(args, world, hvd, exchanges):
   import tensorflow as tf
 
   from comm.exchange import make_gradient_exchange
-  from flags.comm import CommConfig
+  from flags.config import CommConfig
   from models import build_model
 
   keras.utils.set_random_seed(0)

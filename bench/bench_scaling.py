@@ -285,7 +285,7 @@ def worker(args):
   from comm.cost_model import CostModel, Link, fit
   from comm.exchange import GradientExchange
   from comm.topology import World
-  from flags.comm import CommConfig
+  from flags.config import CommConfig
 
   global SIZES, GRADIENT_SETS, TRAIN_VARIANTS
   if args.full:

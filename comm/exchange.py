@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from comm import cost_model, fusion, hierarchical, probe
 from comm.topology import World
-from flags.comm import CommConfig
+from flags.config import CommConfig
 
 
 def wire_dtype(dtype: tf.DType, compression: str) -> tf.DType:

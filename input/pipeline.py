@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from comm.topology import World
-from flags.data import DataConfig
+from flags.config import DataConfig, Source
 from input import digits, preprocessing, records, sharding, sources
 from progress import emit
 
@@ -45,13 +45,13 @@ class Input:
 
 def prepare(config: DataConfig, world: World) -> None:
   """Make the data set's files exist (digits: write them once, on one rank per node)."""
-  if config.source == "digits" and world.local_rank == 0:
+  if config.source is Source.DIGITS and world.local_rank == 0:
     digits.write(config.data_dir)
 
 
 def build(config: DataConfig, world: World, seed: int, dtype=tf.float32) -> Input:
   """The Input of this rank; images come out as `dtype` (the model's compute dtype)."""
-  if config.source == "synthetic":
+  if config.source is Source.SYNTHETIC:
     return _synthetic(config, seed, dtype)
   source = sources.scan(config)
   for path in source.damaged:
@@ -67,11 +67,11 @@ def _options(world: World) -> tf.data.Options:
   return options
 
 
-def _reader(source: sources.Source, split: sources.Split, threads: int):
+def _reader(source: sources.Scanned, split: sources.Split, threads: int):
   """read(runs [(file, first, count)], named) -> dataset of (encoded, label, boxes),
   and `where` (file, or file:record N) after them when named."""
   files = tf.constant(split.files or [""])
-  if source.kind == "images":
+  if source.source is Source.FOLDER:
     labels = tf.constant(split.labels or [0], tf.int32)
 
     def read(runs, named):
@@ -81,7 +81,7 @@ def _reader(source: sources.Source, split: sources.Split, threads: int):
                     + ((files[i],) if named else ()), num_parallel_calls=tf.data.AUTOTUNE)
     return read
 
-  parse = records.parse_with_boxes if source.kind == "tfrecord" else _tfds_parser(source)
+  parse = _tfds_parser(source) if source.source is Source.TFDS else records.parse_with_boxes
 
   def read(runs, named):
     columns = [tf.constant(c, tf.int64) for c in zip(*runs)] if runs else [tf.zeros([0], tf.int64)] * 3
@@ -101,7 +101,7 @@ def _reader(source: sources.Source, split: sources.Split, threads: int):
   return read
 
 
-def _tfds_parser(source: sources.Source):
+def _tfds_parser(source: sources.Scanned):
   """serialized tfds record -> (encoded image, 0-based label, no boxes)."""
   import tensorflow_datasets as tfds
   info = sources.tfds_builder(source.tfds_name, source.data_dir).info
@@ -194,7 +194,7 @@ def _find_damage(named, files, start: int, count: int, check) -> str | None:
   return None
 
 
-def _files(config: DataConfig, world: World, seed: int, source: sources.Source, dtype) -> Input:
+def _files(config: DataConfig, world: World, seed: int, source: sources.Scanned, dtype) -> Input:
   info = source.info
   steps = info.num_train // config.global_batch
   quota = steps * config.batch_size  # examples this rank trains on per epoch
@@ -255,7 +255,7 @@ def _files(config: DataConfig, world: World, seed: int, source: sources.Source, 
       except tf.errors.InvalidArgumentError as error:
         return f"cannot be decoded ({_first_line(error)})"
       return None
-    files = [] if source.kind == "images" else [split.files[f] for f in dict.fromkeys(f for f, _, _ in runs)]
+    files = [] if source.source is Source.FOLDER else [split.files[f] for f in dict.fromkeys(f for f, _, _ in runs)]
     return Diagnosed(ds, lambda start, count: _find_damage(named_examples(), files, start, count, check),
                      first, batch)
 
@@ -263,7 +263,7 @@ def _files(config: DataConfig, world: World, seed: int, source: sources.Source, 
     """This rank's examples of the epoch in training order, enumerated: the
     position is the augmentation seed, so skipping to a step is exact."""
     ds = read_train(runs, named)
-    if source.kind != "images":  # image files are already in a per-example shared permutation
+    if source.source is not Source.FOLDER:  # image files are already in a per-example shared permutation
       ds = ds.shuffle(config.shuffle_buffer, seed=_mix(seed, epoch, world.rank, 1))
     return ds.enumerate()
 

@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from comm.exchange import describe, wire_dtype
 from comm.topology import World, from_horovod_values
-from flags.errors import ConfigError
+from flags.config import ConfigError
 
 
 def world(rank, rpn=0, size=4, local_rank=None, local_size=None, cross_rank=0, homogeneous=True):
@@ -68,7 +68,7 @@ def comm_flags(**overrides):
 
   from absl import flags as absl_flags
 
-  import flags
+  from flags import train_flags as flags
   from flags import comm
   flags.define_flags()
   values = {name: absl_flags.FLAGS[name].default for name in
@@ -80,7 +80,6 @@ def test_comm_flags():
   assert comm_flags().allreduce == "horovod"
   assert comm_flags(hybrid_cost="300,5,300,1").hybrid_cost == "300,5,300,1"
   for overrides, needle in [({"fusion_threshold_mb": -1}, "--fusion_threshold_mb=-1"),
-                            ({"ranks_per_node": -2}, "--ranks_per_node=-2"),
                             ({"hybrid_cost": "fast"}, "--hybrid_cost='fast'")]:
     with pytest.raises(ConfigError) as e:
       comm_flags(**overrides)

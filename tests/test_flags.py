@@ -6,7 +6,7 @@ import types
 import pytest
 from absl import flags as absl_flags
 
-import flags
+from flags import train_flags as flags
 from comm.topology import World
 from conftest import python
 

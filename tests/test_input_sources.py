@@ -13,7 +13,7 @@ import tensorflow as tf
 from bench import samples
 from comm.topology import World
 from flags import data as data_flags
-from flags.errors import ConfigError
+from flags.config import ConfigError
 from input import convert, pipeline, records, sources
 
 NUM = 100       # sample images; one class each, so a training label is the example's id

@@ -22,7 +22,7 @@ import tensorflow as tf  # noqa: E402
 import comm  # noqa: E402
 from models import gradient_sets  # noqa: E402
 from comm.exchange import make_gradient_exchange  # noqa: E402
-from flags.comm import CommConfig  # noqa: E402
+from flags.config import CommConfig  # noqa: E402
 from optimizers import precision  # noqa: E402
 from training.step import make_train_step  # noqa: E402
 

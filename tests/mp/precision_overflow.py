@@ -17,7 +17,7 @@ import tensorflow as tf  # noqa: E402
 import comm  # noqa: E402
 from comm import sync  # noqa: E402
 from comm.exchange import make_gradient_exchange  # noqa: E402
-from flags.comm import CommConfig  # noqa: E402
+from flags.config import CommConfig  # noqa: E402
 from models import build_model  # noqa: E402
 from optimizers import precision  # noqa: E402
 from optimizers.lars import LARS  # noqa: E402

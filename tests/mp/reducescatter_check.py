@@ -22,7 +22,7 @@ import tensorflow as tf  # noqa: E402
 
 import comm  # noqa: E402
 from comm.exchange import make_gradient_exchange  # noqa: E402
-from flags.comm import CommConfig  # noqa: E402
+from flags.config import CommConfig  # noqa: E402
 
 SIZES = [1179648, 512, 512, 1048576, 1000, 4096002, 30000, 2469134]
 
