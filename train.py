@@ -72,7 +72,9 @@ def main(argv):
   tf.config.threading.set_intra_op_parallelism_threads(threads)
   tf.config.threading.set_inter_op_parallelism_threads(2)
   # Paths can differ between hosts: gather every rank's verdict so all stop together.
-  problem = sync.first_error(flags.check_paths(config), hvd)
+  # scanned: what --data_dir holds, read once here and handed to the pipeline.
+  problem, scanned = flags.check_paths(config)
+  problem = sync.first_error(problem, hvd)
   if problem:
     fail(problem)
   # Our lines on rank 0 only; TensorFlow's INFO chatter (one per checkpoint save) off.
@@ -87,7 +89,7 @@ def main(argv):
   sync.barrier(hvd, "input_ready")  # wait for the node's writer before anyone reads
   # Images leave the pipeline in the model's compute dtype (half the bytes in bf16/fp16).
   compute_dtype = keras.mixed_precision.Policy(precision.POLICIES[config.optim.precision]).compute_dtype
-  data = pipeline.build(config.data, world, config.run.seed, dtype=compute_dtype)
+  data = pipeline.build(config.data, world, config.run.seed, dtype=compute_dtype, scanned=scanned)
   steps_per_epoch = data.steps_per_epoch
   total_steps = int(round(config.run.epochs * steps_per_epoch))
   last_step = min(total_steps, config.run.max_steps) if config.run.max_steps else total_steps

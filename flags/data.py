@@ -75,16 +75,19 @@ def fits(info: DatasetInfo, batch_size: int, world: World) -> str | None:
   return None
 
 
-def check(config: DataConfig, world: World) -> str | None:
-  """Read what --data_dir holds (scanned sources) and check the batch against it; a
-  sentence naming the flag and the fix, or None. Runs on every rank before training."""
+def check(config: DataConfig, world: World) -> tuple[str | None, sources.Scanned | None]:
+  """(problem, scanned): read what --data_dir holds (scanned sources) and check the
+  batch against it. problem: a sentence naming the flag and the fix, or None;
+  scanned: the files found, for input.pipeline.build (None for the other sources,
+  or with a problem). Runs on every rank before training."""
   if not config.source.scanned:
-    return None
+    return None, None
   try:
-    info = sources.scan(config).info
+    scanned = sources.scan(config)
   except ConfigError as e:
-    return str(e)
-  return fits(info, config.batch_size, world)
+    return str(e), None
+  problem = fits(scanned.info, config.batch_size, world)
+  return problem, None if problem else scanned
 
 
 def build(f, world: World) -> DataConfig:

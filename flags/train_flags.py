@@ -12,6 +12,7 @@ from absl import flags as absl_flags
 from comm.topology import World
 from flags import comm, data, model, optim, run
 from flags.config import Config, ConfigError  # noqa: F401  (ConfigError: what callers catch)
+from input import sources
 
 _SECTIONS = (run, data, model, optim, comm)
 
@@ -34,8 +35,11 @@ def build_config(f, world: World) -> Config:
                 optim=optim.build(f), comm=comm.build(f), world=world)
 
 
-def check_paths(config: Config) -> str | None:
-  """The filesystem checks of this rank, or None: data present, model_dir writable.
+def check_paths(config: Config) -> tuple[str | None, sources.Scanned | None]:
+  """(problem, scanned): the filesystem checks of this rank, data present and
+  model_dir writable, as one sentence or None; and what --data_dir holds for a
+  scanned source (flags.data.check), to hand to input.pipeline.build so the
+  files are read once.
 
   Every rank reads its own data, so each checks its data_dir; only rank 0
   writes to model_dir, so only rank 0 checks it.
@@ -43,19 +47,19 @@ def check_paths(config: Config) -> str | None:
   d = config.data
   if d.data_dir and not d.create_data_dir and not os.path.isdir(d.data_dir):
     return (f"--data_dir={d.data_dir} does not exist on this host; point it at the "
-            f"{d.dataset.name} files, or omit it to use the default place.")
-  problem = data.check(d, config.world)  # scanned sources: what --data_dir holds
+            f"{d.dataset.name} files, or omit it to use the default place."), None
+  problem, scanned = data.check(d, config.world)
   if problem:
-    return problem
+    return problem, None
   if config.world.is_chief:
     problem = _unwritable(config.run.model_dir)
     if problem:
       return (f"--model_dir={config.run.model_dir} is not writable ({problem}); "
-              "choose a directory you can write, e.g. --model_dir=runs/exp1.")
+              "choose a directory you can write, e.g. --model_dir=runs/exp1."), None
     problem = _incompatible_checkpoint(config)
     if problem:
-      return problem
-  return None
+      return problem, None
+  return None, scanned
 
 
 def _unwritable(path: str) -> str | None:

@@ -49,11 +49,17 @@ def prepare(config: DataConfig, world: World) -> None:
     digits.write(config.data_dir)
 
 
-def build(config: DataConfig, world: World, seed: int, dtype=tf.float32) -> Input:
-  """The Input of this rank; images come out as `dtype` (the model's compute dtype)."""
+def build(config: DataConfig, world: World, seed: int, dtype=tf.float32,
+          scanned: sources.Scanned | None = None) -> Input:
+  """The Input of this rank; images come out as `dtype` (the model's compute dtype).
+
+  scanned: sources.scan(config) if the caller has it (train.py: from the flag
+  check, so the files are read once); scanned here otherwise (digits: after
+  prepare() has written them).
+  """
   if config.source is Source.SYNTHETIC:
     return _synthetic(config, seed, dtype)
-  source = sources.scan(config)
+  source = scanned or sources.scan(config)
   for path in source.damaged:
     emit(f"input: {path} is truncated; training on its complete records (--skip_corrupt)")
   return _files(config, world, seed, source, dtype)
