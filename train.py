@@ -74,7 +74,7 @@ def main(argv):
   # Paths can differ between hosts: gather every rank's verdict so all stop together.
   # scanned: what --data_dir holds, read once here and handed to the pipeline.
   problem, scanned = flags.check_paths(config)
-  problem = sync.first_error(problem, hvd)
+  problem = sync.first_error(hvd, problem)
   if problem:
     fail(problem)
   # Our lines on rank 0 only; TensorFlow's INFO chatter (one per checkpoint save) off.
@@ -132,11 +132,11 @@ def main(argv):
     write_json_atomic(os.path.join(config.run.model_dir, flags.CONFIG_FILE),
                       {"identity": flags.checkpoint_identity(config), "config": config.to_json()})
   # Horovod: identical initial weights, BN statistics, optimizer slots and step everywhere.
-  sync.broadcast_state(model.variables + optimizer.variables + [step_var], hvd)
+  sync.broadcast_state(hvd, model.variables + optimizer.variables + [step_var])
   start_step = int(step_var)
 
   # ---------------------------------------------------- communication + step --
-  exchange = make_gradient_exchange(config.comm, hvd, world, log)  # hybrid probes the links here
+  exchange = make_gradient_exchange(hvd, config.comm, world, log)  # hybrid probes the links here
   # The step users run, and the benchmarks time (training/step.py).
   train_step = step_lib.make_train_step(model, optimizer, exchange, loss_scale, info.num_classes,
                                         config.optim.label_smoothing)
@@ -183,7 +183,7 @@ def main(argv):
     top1, loss = evaluate()
 
   # -------------------------------------------------------------- summary --
-  identical = sync.replicas_identical(model.trainable_variables, hvd)
+  identical = sync.replicas_identical(hvd, model.trainable_variables)
   if not identical:
     logging.warning("ranks hold different weights after training: a rank diverged")
   summary = {

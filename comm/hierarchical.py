@@ -42,7 +42,7 @@ def register(hvd, world: World) -> Groups:
   return Groups(node=node, cross=cross)
 
 
-def allreduce_mean(buffer: tf.Tensor, world: World, groups: Groups, hvd, name: str,
+def allreduce_mean(hvd, buffer: tf.Tensor, world: World, groups: Groups, name: str,
                    after: tf.Tensor | None = None) -> tf.Tensor:
   """The mean over all ranks of a 1-D buffer (static length), in three phases.
 

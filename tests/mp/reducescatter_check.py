@@ -38,7 +38,7 @@ def main():
     want = [(size * b + size * (size - 1) / 2)[rank * (b.size // size):(rank + 1) * (b.size // size)] for b in base]
   else:
     # Below the smallest tensor: one bucket per tensor, all in flight at once.
-    run = tf.function(make_gradient_exchange(CommConfig("hier", fusion_threshold_mb=0.001), hvd, world))
+    run = tf.function(make_gradient_exchange(hvd, CommConfig("hier", fusion_threshold_mb=0.001), world))
     want = [b + np.float32((size - 1) / 2) for b in base]
   busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)] if rank == 0 else []
   try:
