@@ -8,7 +8,7 @@ from absl import flags as absl_flags
 
 from flags import train_flags as flags
 from comm.topology import World
-from conftest import python
+from conftest import REPO, python
 
 
 def values(**overrides):
@@ -119,7 +119,7 @@ def test_helpfull_documents_every_flag():
 
 
 def test_readme_documents_every_flag():
-  with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")) as fh:
+  with open(os.path.join(REPO, "README.md")) as fh:
     readme = fh.read()
   missing = [f.name for f in our_flags() if f"`--{f.name}`" not in readme]
   assert not missing, f"README's flag table lacks {missing}"

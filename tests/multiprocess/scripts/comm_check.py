@@ -13,7 +13,7 @@ Prints 'OK rank N'.
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
 
 import horovod.tensorflow as hvd  # noqa: E402
 import numpy as np  # noqa: E402

@@ -3,7 +3,7 @@ and broadcast_state leaves every rank with rank 0's weights. Prints 'OK rank N'.
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
 
 import horovod.tensorflow as hvd  # noqa: E402
 import numpy as np  # noqa: E402

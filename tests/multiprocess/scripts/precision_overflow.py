@@ -7,7 +7,7 @@ The step is train.py's own (training/step.py): scaled loss -> scaled grads -> ex
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
 
 import horovod.tensorflow as hvd  # noqa: E402
 import keras  # noqa: E402
