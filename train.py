@@ -38,7 +38,7 @@ import tensorflow as tf  # noqa: E402
 from absl import app, logging  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
-import flags  # noqa: E402
+from flags import train_flags as flags  # noqa: E402  (define_flags, build_config, ...)
 import comm  # noqa: E402
 from comm import sync  # noqa: E402
 from comm.exchange import make_gradient_exchange  # noqa: E402
@@ -91,7 +91,9 @@ def main(argv):
   heartbeats = os.path.join(config.run.model_dir, "heartbeats")
   if world.is_chief:  # a previous run's heartbeats would name ranks of another job
     shutil.rmtree(heartbeats, ignore_errors=True)
-  problem = sync.first_error(flags.check_paths(config), hvd)
+  # scanned: what --data_dir holds, read once here and handed to the pipeline.
+  problem, scanned = flags.check_paths(config)
+  problem = sync.first_error(hvd, problem)
   if problem:
     fail(problem)
   # A rank that stops making progress ends the job with a line naming it (training/watchdog.py).
@@ -111,7 +113,7 @@ def main(argv):
   watchdog.progress(0, "setup", timed=False)
   # Images leave the pipeline in the model's compute dtype (half the bytes in bf16/fp16).
   compute_dtype = keras.mixed_precision.Policy(precision.POLICIES[config.optim.precision]).compute_dtype
-  data = pipeline.build(config.data, world, config.run.seed, dtype=compute_dtype)
+  data = pipeline.build(config.data, world, config.run.seed, dtype=compute_dtype, scanned=scanned)
   steps_per_epoch = data.steps_per_epoch
   total_steps = int(round(config.run.epochs * steps_per_epoch))
   last_step = min(total_steps, config.run.max_steps) if config.run.max_steps else total_steps
@@ -154,12 +156,12 @@ def main(argv):
     write_json_atomic(os.path.join(config.run.model_dir, flags.CONFIG_FILE),
                       {"identity": flags.checkpoint_identity(config), "config": config.to_json()})
   # Horovod: identical initial weights, BN statistics, optimizer slots and step everywhere.
-  sync.broadcast_state(model.variables + optimizer.variables + [step_var], hvd)
+  sync.broadcast_state(hvd, model.variables + optimizer.variables + [step_var])
   start_step = int(step_var)
   watchdog.progress(start_step, "setup", timed=False)
 
   # ---------------------------------------------------- communication + step --
-  exchange = make_gradient_exchange(config.comm, hvd, world, log)  # hybrid probes the links here
+  exchange = make_gradient_exchange(hvd, config.comm, world, log)  # hybrid probes the links here
   # The step users run, and the benchmarks time (training/step.py).
   train_step = step_lib.make_train_step(model, optimizer, exchange, loss_scale, info.num_classes,
                                         config.optim.label_smoothing, agree=sync.agree_max(hvd))
@@ -240,7 +242,7 @@ def main(argv):
     top1, loss = evaluate()
 
   # -------------------------------------------------------------- summary --
-  identical = sync.replicas_identical(model.trainable_variables, hvd)
+  identical = sync.replicas_identical(hvd, model.trainable_variables)
   if not identical:
     logging.warning("ranks hold different weights after training: a rank diverged")
   summary = {

@@ -88,7 +88,7 @@ def worker(args):
   import comm
   from models import gradient_sets
   from comm.exchange import make_gradient_exchange
-  from flags.comm import CommConfig
+  from flags.config import CommConfig
 
   world = comm.init(hvd, args.ranks_per_node)
   tf.config.threading.set_inter_op_parallelism_threads(2)
@@ -97,7 +97,7 @@ def worker(args):
     from mpi4py import MPI
     mpi = MPI.COMM_WORLD
   out = []
-  exchanges = {name: make_gradient_exchange(config, hvd, world) for name, config in {
+  exchanges = {name: make_gradient_exchange(hvd, config, world) for name, config in {
       "horovod": CommConfig("horovod"),
       "flat": CommConfig("flat", THRESHOLD_MB),
       "hier": CommConfig("hier", THRESHOLD_MB),
@@ -162,7 +162,7 @@ def overlap(args, world, hvd, exchanges):
   import tensorflow as tf
 
   from comm.exchange import make_gradient_exchange
-  from flags.comm import CommConfig
+  from flags.config import CommConfig
   from models import build_model
 
   keras.utils.set_random_seed(0)
@@ -188,7 +188,7 @@ def overlap(args, world, hvd, exchanges):
   grads = [tf.ones(v.shape) for v in net.trainable_variables]
   for name, config in [("horovod", CommConfig("horovod")), ("flat 4MB", CommConfig("flat", 4.0)),
                        ("flat 32MB", CommConfig("flat", 32.0))]:
-    exchange = make_gradient_exchange(config, hvd, world)
+    exchange = make_gradient_exchange(hvd, config, world)
     alone = tf.function(exchange)
     t = timed_rounds({"compute": step_fn(None, False), "exchange": lambda: [g.numpy() for g in alone(grads)],
                       "as ready": step_fn(exchange, False), "after backward": step_fn(exchange, True)}, 3, hvd)

@@ -285,7 +285,7 @@ def worker(args):
   from comm.cost_model import CostModel, Link, fit
   from comm.exchange import GradientExchange
   from comm.topology import World
-  from flags.comm import CommConfig
+  from flags.config import CommConfig
 
   global SIZES, GRADIENT_SETS, TRAIN_VARIANTS
   if args.full:
@@ -425,8 +425,8 @@ def worker(args):
       grads = [tf.constant(rng.standard_normal(s).astype(np.float32)) for s in shapes]
       fns, plans = {}, {}
       for algorithm in ALGORITHMS:
-        exchange = GradientExchange(CommConfig(allreduce=algorithm, fusion_threshold_mb=THRESHOLD_MB),
-                                    hvd, world, groups, plan_model)
+        exchange = GradientExchange(hvd, CommConfig(allreduce=algorithm, fusion_threshold_mb=THRESHOLD_MB),
+                                    world, groups, plan_model)
         fns[algorithm] = tf.function(exchange)
         fns[algorithm](grads)  # trace and warm up; fills exchange.plan
         plans[algorithm] = [p["algorithm"] for p in exchange.plan]
@@ -498,8 +498,8 @@ def worker(args):
       variants = ["none"] + (TRAIN_VARIANTS if world.size > 1 else [])
       steps = {}
       for variant in variants:
-        exchange = (GradientExchange(CommConfig(allreduce=variant, fusion_threshold_mb=THRESHOLD_MB),
-                                     hvd, world, groups, train_model)
+        exchange = (GradientExchange(hvd, CommConfig(allreduce=variant, fusion_threshold_mb=THRESHOLD_MB),
+                                     world, groups, train_model)
                     if variant != "none" else (lambda g: g))
 
         @tf.function

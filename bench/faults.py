@@ -12,7 +12,7 @@ fault against the step of the newest checkpoint (steps lost), the processes
 left behind (every pid the job ever had is tracked: a launcher that dies
 leaves its children re-parented, out of reach of a process-tree walk), and
 the line the user saw. Then the same command again, which must resume.
-The multi-process tests (tests/test_faults.py) assert the same properties
+The multi-process tests (tests/multiprocess/test_faults.py) assert the same properties
 through this module's Job; only this program reports times.
 """
 import argparse

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from comm import cost_model, fusion, hierarchical, probe
 from comm.topology import World
-from flags.comm import CommConfig
+from flags.config import CommConfig
 
 
 def wire_dtype(dtype: tf.DType, compression: str) -> tf.DType:
@@ -48,8 +48,8 @@ class GradientExchange:
   describes it: one dict per bucket.
   """
 
-  def __init__(self, config: CommConfig, hvd, world: World, groups=None, model=None, log=None):
-    self.config, self.hvd, self.world = config, hvd, world
+  def __init__(self, hvd, config: CommConfig, world: World, groups=None, model=None, log=None):
+    self.hvd, self.config, self.world = hvd, config, world
     self.groups, self.model, self.log = groups, model, log
     self.plan: list[dict] = []
 
@@ -69,7 +69,7 @@ class GradientExchange:
       algorithm, predicted = self._choose(nbytes, len(members))
       if algorithm == "hier":
         buffer = tf.cast(fusion.pack([grads[i] for i in members]), wire)
-        reduced = hierarchical.allreduce_mean(buffer, self.world, self.groups, self.hvd, f"bucket_{b}",
+        reduced = hierarchical.allreduce_mean(self.hvd, buffer, self.world, self.groups, f"bucket_{b}",
                                               after=previous if serial else None)
         previous = reduced
         parts = fusion.unpack(tf.cast(reduced, dtype), [grads[i].shape for i in members])
@@ -112,7 +112,7 @@ def describe(plan: list[dict]) -> str:
   return " ".join(f"{p['algorithm']}:{p['bytes'] / fusion.MB:.1f}" for p in plan)
 
 
-def make_gradient_exchange(config: CommConfig, hvd, world: World, log=None) -> GradientExchange:
+def make_gradient_exchange(hvd, config: CommConfig, world: World, log=None) -> GradientExchange:
   """The exchange of this job. hier and hybrid add their process sets (a collective, on every
   rank); hybrid without --hybrid_cost probes each level first (a second or so)."""
   groups = model = None
@@ -124,4 +124,4 @@ def make_gradient_exchange(config: CommConfig, hvd, world: World, log=None) -> G
       log("hybrid cost model: in node %.0f us + %.2f GB/s per rank, across nodes %.0f us + %.2f GB/s per host "
           "link, flat as %s", model.intra.alpha * 1e6, model.intra.gbps, model.inter.alpha * 1e6, model.inter.gbps,
           model.flat)
-  return GradientExchange(config, hvd, world, groups, model, log)
+  return GradientExchange(hvd, config, world, groups, model, log)

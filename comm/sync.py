@@ -3,7 +3,7 @@ import numpy as np
 import tensorflow as tf
 
 
-def broadcast_state(variables, hvd, root_rank: int = 0) -> None:
+def broadcast_state(hvd, variables, root_rank: int = 0) -> None:
   """Give every rank root_rank's values of these Keras or tf variables.
 
   Horovod: hvd.broadcast_variables assigns to what it is given, and a Keras 3
@@ -26,7 +26,7 @@ def barrier(hvd, name: str) -> None:
   hvd.allreduce(tf.zeros([], tf.int32), op=hvd.Sum, name=f"barrier_{name}")
 
 
-def first_error(message: str | None, hvd) -> str | None:
+def first_error(hvd, message: str | None) -> str | None:
   """Every rank's message gathered; the first non-empty one, identical on all ranks.
 
   Lets a check that only some ranks can make (a path on one host) stop every
@@ -60,7 +60,7 @@ def fingerprint(variables) -> tf.Tensor:
   return tf.stack(parts)
 
 
-def replicas_identical(variables, hvd) -> bool:
+def replicas_identical(hvd, variables) -> bool:
   """Whether every rank holds bit-for-bit the same values (one small allgather).
 
   Data-parallel SGD applies the same averaged update everywhere, so trainable

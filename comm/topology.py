@@ -2,6 +2,8 @@
 import dataclasses
 import os
 
+from flags.config import ConfigError
+
 
 @dataclasses.dataclass(frozen=True)
 class World:
@@ -48,8 +50,6 @@ def from_horovod_values(size: int, rank: int, local_rank: int, local_size: int, 
   for all); ranks not numbered host by host are seen by the ranks they
   misplace, and mpirun stops the rest when those exit.
   """
-  # Imported here: flags/ imports this module for World.
-  from flags.errors import ConfigError
   if ranks_per_node < 0:
     raise ConfigError(f"--ranks_per_node={ranks_per_node} must be 0 (the hosts' own layout) "
                       "or a positive number of ranks per node, e.g. --ranks_per_node=2.")

@@ -1,110 +1,21 @@
-"""Every flag of train.py, defined here and turned once into a frozen Config.
+"""Flags of train.py, and the floor plan of the project's imports.
 
-The rest of the code receives the Config (or plain values from it) and never
-reads absl's FLAGS, so every module works as a library and in tests.
+A module imports only modules on a lower floor, or of its own package on its
+own floor; nothing imports upward, and no import hides inside a function to
+dodge a loop (tests/test_import_graph.py checks both, from this table):
+
+  floor 6  train.py, bench/          anything below
+  floor 5  flags/* (definitions,     the flag definitions and their checks, which need the
+           checks: train_flags, ...) libraries below (World, the cost model, sources.scan, MODELS)
+  floor 4  training/                 the train and eval steps
+  floor 3  input/                    the pipelines (World: where this rank reads)
+  floor 2  comm/                     everything between ranks
+  floor 1  models/, optimizers/      networks, optimizers, schedules, precision
+  floor 0  flags/config.py,          settings and ConfigError; progress lines. Standard
+           flags/__init__.py,        library and third-party packages only
+           progress.py
+
+flags/config.py is on the ground floor so that comm/, input/ and optimizers/
+can take their settings without importing the definitions above them; this
+file imports nothing, because importing flags.config runs it first.
 """
-import dataclasses
-import json
-import os
-
-from absl import flags as absl_flags
-
-from comm.topology import World
-from flags import comm, data, faults, model, optim, run
-from flags.errors import ConfigError
-
-_SECTIONS = (run, data, model, optim, comm, faults)
-
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-  run: run.RunConfig
-  data: data.DataConfig
-  model: model.ModelConfig
-  optim: optim.OptimConfig
-  comm: comm.CommConfig
-  faults: faults.FaultConfig
-  world: World
-
-  def to_json(self) -> dict:
-    """Plain dict of every setting, for config.json and summaries."""
-    return dataclasses.asdict(self)
-
-
-def define_flags() -> None:
-  """Define every flag once (idempotent per process)."""
-  if "model_dir" in absl_flags.FLAGS:
-    return
-  for section in _SECTIONS:
-    section.define()
-
-
-def build_config(f, world: World) -> Config:
-  """Validate parsed flags into a Config; raises ConfigError naming the flag and the fix.
-
-  Pure: looks at the flags and the world only, so every rank reaches the same
-  verdict without talking to the others.
-  """
-  return Config(run=run.build(f), data=data.build(f, world), model=model.build(f),
-                optim=optim.build(f), comm=comm.build(f),
-                faults=faults.build(f), world=world)
-
-
-def check_paths(config: Config) -> str | None:
-  """The filesystem checks of this rank, or None: data present, model_dir writable.
-
-  Every rank reads its own data, so each checks its data_dir; only rank 0
-  writes to model_dir, so only rank 0 checks it.
-  """
-  d = config.data
-  if d.data_dir and not d.create_data_dir and not os.path.isdir(d.data_dir):
-    return (f"--data_dir={d.data_dir} does not exist on this host; point it at the "
-            f"{d.dataset.name} files, or omit it to use the default place.")
-  problem = data.check(d, config.world)  # scanned sources: what --data_dir holds
-  if problem:
-    return problem
-  if config.world.is_chief:
-    problem = _unwritable(config.run.model_dir)
-    if problem:
-      return (f"--model_dir={config.run.model_dir} is not writable ({problem}); "
-              "choose a directory you can write, e.g. --model_dir=runs/exp1.")
-    problem = _incompatible_checkpoint(config)
-    if problem:
-      return problem
-  return None
-
-
-def _unwritable(path: str) -> str | None:
-  try:
-    os.makedirs(path, exist_ok=True)
-    probe = os.path.join(path, f".write-probe-{os.getpid()}")
-    with open(probe, "w") as fh:
-      fh.write("ok")
-    os.remove(probe)
-  except OSError as e:
-    return e.strerror or str(e)
-  return None
-
-
-CONFIG_FILE = "config.json"
-
-
-def checkpoint_identity(config: Config) -> dict[str, str]:
-  """The settings a checkpoint cannot survive a change of: its variables would not match."""
-  return {"model": config.model.name, "dataset": config.data.dataset.name,
-          "optimizer": config.optim.optimizer}
-
-
-def _incompatible_checkpoint(config: Config) -> str | None:
-  """A message if model_dir holds a run whose variables differ from this one's."""
-  path = os.path.join(config.run.model_dir, CONFIG_FILE)
-  if not os.path.exists(path):
-    return None
-  with open(path) as fh:
-    saved = json.load(fh).get("identity", {})
-  for flag, new in checkpoint_identity(config).items():
-    if saved.get(flag, new) != new:
-      return (f"--model_dir={config.run.model_dir} holds a checkpoint trained with "
-              f"--{flag}={saved[flag]}, not {new}; use a new --model_dir "
-              "(the old checkpoint is left untouched).")
-  return None

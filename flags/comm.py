@@ -1,21 +1,8 @@
 """Flags of the gradient exchange between ranks."""
-import dataclasses
-
 from absl import flags as absl_flags
 
-from flags.errors import ConfigError
-
-ALGORITHMS = ("horovod", "flat", "hier", "hybrid")
-COMPRESSIONS = ("none", "fp16")
-
-
-@dataclasses.dataclass(frozen=True)
-class CommConfig:
-  allreduce: str = "horovod"
-  fusion_threshold_mb: float = 32.0  # bucket size of flat/hier/hybrid, MB (2^20 bytes)
-  compression: str = "none"          # dtype on the wire: none | fp16
-  ranks_per_node: int = 0            # 0: the hosts' own layout
-  hybrid_cost: str = "probe"         # probe | ALPHA_INTRA_US,GBPS_INTRA,ALPHA_INTER_US,GBPS_INTER[,mpi|ring]
+from comm import cost_model
+from flags.config import ALGORITHMS, COMPRESSIONS, CommConfig, ConfigError
 
 
 def define() -> None:
@@ -47,16 +34,14 @@ def define() -> None:
 
 
 def build(f) -> CommConfig:
+  """The CommConfig of parsed flags. --ranks_per_node is checked by
+  comm.topology.from_horovod_values, which needs it first (train.py: comm.init)."""
   if f.fusion_threshold_mb < 0:
     raise ConfigError(f"--fusion_threshold_mb={f.fusion_threshold_mb} must be 0 or more, e.g. "
                       "--fusion_threshold_mb=32.")
-  if f.ranks_per_node < 0:
-    raise ConfigError(f"--ranks_per_node={f.ranks_per_node} must be 0 (the hosts' own layout) "
-                      "or a positive number of ranks per node, e.g. --ranks_per_node=2.")
   if f.hybrid_cost != "probe":
-    from comm.cost_model import parse  # here: comm imports flags for its config
     try:
-      parse(f.hybrid_cost)
+      cost_model.parse(f.hybrid_cost)
     except ValueError:
       raise ConfigError(f"--hybrid_cost={f.hybrid_cost!r} is neither 'probe' nor four positive "
                         "numbers ALPHA_INTRA_US,GBPS_INTRA,ALPHA_INTER_US,GBPS_INTER and an optional "

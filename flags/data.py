@@ -5,31 +5,20 @@ import os
 from absl import flags as absl_flags
 
 from comm.topology import World
-from flags.errors import ConfigError
-from input.datasets import DATASETS, IMAGENET, SCANNED, DatasetInfo
+from flags.config import ConfigError, DataConfig, DatasetInfo, Source
+from input import sources
+from input.datasets import DATASETS, IMAGENET
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@dataclasses.dataclass(frozen=True)
-class DataConfig:
-  dataset: DatasetInfo   # for a scanned source, ILSVRC-2012's until input.sources reads the files
-  source: str            # digits | synthetic | imagenet | folder | tfds
-  tfds_name: str         # the <name> of tfds:<name>, else ''
-  image_size: int        # side of the square images the model sees (ImageNet-like sources)
-  skip_corrupt: bool     # skip (and count) damaged images and records instead of stopping
-  data_dir: str          # '' for in-memory data sets
-  create_data_dir: bool  # the default place may be created; a --data_dir given must exist
-  batch_size: int        # per rank: the BatchNorm batch (Goyal et al.)
-  global_batch: int      # batch_size * ranks: what the LR scales with
-  eval_batch_size: int   # per rank
-  shuffle_buffer: int
+# The sources read from --data_dir, by the name --dataset gives them (tfds:<name>).
+SCANNED = {s.value: s for s in Source if s.scanned}
+CHOICES = sorted(DATASETS) + [f"{name}:<name>" if s is Source.TFDS else name for name, s in SCANNED.items()]
 
 
 def define() -> None:
   absl_flags.DEFINE_string(
       "dataset", "digits",
-      f"Data set: {', '.join(sorted(DATASETS) + list(SCANNED))}. 'digits' is scikit-learn's "
+      f"Data set: {', '.join(CHOICES)}. 'digits' is scikit-learn's "
       "handwritten digits written once as TFRecords; 'synthetic' is a fixed in-memory batch "
       "(no input cost, for benchmarks); 'imagenet' reads TFRecords in ImageNet's layout "
       "(train-00000-of-01024 ..., validation-...) from --data_dir; 'folder' reads "
@@ -56,14 +45,15 @@ def define() -> None:
       "in the log, instead of stopping with an error that names the file.")
 
 
-def _dataset(f) -> tuple[DatasetInfo, str, str]:
+def _dataset(f) -> tuple[DatasetInfo, Source, str]:
   """(nominal info, source, tfds name) of --dataset."""
   if f.dataset in DATASETS:
-    return DATASETS[f.dataset], f.dataset, ""
-  source, _, tfds_name = f.dataset.partition(":")
-  if source not in ("imagenet", "folder", "tfds") or bool(tfds_name) != (source == "tfds"):
+    return DATASETS[f.dataset], Source(f.dataset), ""
+  name, _, tfds_name = f.dataset.partition(":")
+  source = SCANNED.get(name)
+  if source is None or bool(tfds_name) != (source is Source.TFDS):
     raise ConfigError(f"--dataset={f.dataset!r} is unknown; choose one of "
-                      f"{', '.join(sorted(DATASETS) + list(SCANNED))}.")
+                      f"{', '.join(CHOICES)}.")
   if not f.data_dir:
     raise ConfigError(f"--dataset={f.dataset} reads its files from --data_dir; pass "
                       f"--data_dir=/path/to/{'tensorflow_datasets' if tfds_name else 'imagenet'}.")
@@ -85,17 +75,19 @@ def fits(info: DatasetInfo, batch_size: int, world: World) -> str | None:
   return None
 
 
-def check(config: DataConfig, world: World) -> str | None:
-  """Read what --data_dir holds (scanned sources) and check the batch against it; a
-  sentence naming the flag and the fix, or None. Runs on every rank before training."""
-  if config.source not in ("imagenet", "folder", "tfds"):
-    return None
-  from input import sources  # TensorFlow: imported only when there are files to read
+def check(config: DataConfig, world: World) -> tuple[str | None, sources.Scanned | None]:
+  """(problem, scanned): read what --data_dir holds (scanned sources) and check the
+  batch against it. problem: a sentence naming the flag and the fix, or None;
+  scanned: the files found, for input.pipeline.build (None for the other sources,
+  or with a problem). Runs on every rank before training."""
+  if not config.source.scanned:
+    return None, None
   try:
-    info = sources.scan(config).info
+    scanned = sources.scan(config)
   except ConfigError as e:
-    return str(e)
-  return fits(info, config.batch_size, world)
+    return str(e), None
+  problem = fits(scanned.info, config.batch_size, world)
+  return problem, None if problem else scanned
 
 
 def build(f, world: World) -> DataConfig:
@@ -114,7 +106,7 @@ def build(f, world: World) -> DataConfig:
       raise ConfigError(f"--batch_size={f.batch_size} must be positive (images per rank), e.g. --batch_size=32.")
     batch_size = f.batch_size
   global_batch = batch_size * world.size
-  problem = None if source in ("imagenet", "folder", "tfds") else fits(info, batch_size, world)
+  problem = None if source.scanned else fits(info, batch_size, world)
   if problem:  # scanned sources are checked against their files in check()
     raise ConfigError(problem)
   if f.eval_batch_size < 0:

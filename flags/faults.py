@@ -1,15 +1,7 @@
 """Flags of what a long run does when something goes wrong: a hung rank, a diverging loss."""
-import dataclasses
-
 from absl import flags as absl_flags
 
-from flags.errors import ConfigError
-
-
-@dataclasses.dataclass(frozen=True)
-class FaultConfig:
-  stall_timeout: float    # seconds without progress before the job is ended (0: never)
-  max_skipped_steps: int  # fp16: overflow-skipped steps in a row that count as divergence
+from flags.config import ConfigError, FaultConfig
 
 
 def define() -> None:

@@ -1,16 +1,8 @@
 """Flags of the network."""
-import dataclasses
-
 from absl import flags as absl_flags
 
-from flags.errors import ConfigError
+from flags.config import ConfigError, ModelConfig
 from models import MODELS
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-  name: str
-  zero_init_residual: bool
 
 
 def define() -> None:

@@ -1,29 +1,7 @@
 """Flags of the update: optimizer, learning-rate schedule, regularisation, arithmetic precision."""
-import dataclasses
-
 from absl import flags as absl_flags
 
-from flags.errors import ConfigError
-
-OPTIMIZERS = ("sgd", "lars")
-LR_SCHEDULES = ("step", "poly", "cosine")
-PRECISIONS = ("fp32", "bf16", "fp16")
-
-
-@dataclasses.dataclass(frozen=True)
-class OptimConfig:
-  optimizer: str
-  base_lr: float        # per 256 images (Goyal et al.'s linear scaling rule)
-  momentum: float
-  weight_decay: float
-  warmup_epochs: float
-  warmup_start_lr: float
-  lr_schedule: str
-  decay_epochs: tuple[float, ...]
-  lars_eta: float
-  label_smoothing: float
-  no_decay_on_bias_bn: bool
-  precision: str
+from flags.config import LR_SCHEDULES, OPTIMIZERS, PRECISIONS, ConfigError, OptimConfig
 
 
 def define() -> None:

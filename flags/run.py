@@ -1,22 +1,9 @@
 """Flags of the run itself: where it writes, how long it trains, how it reports."""
-import dataclasses
 import os
 
 from absl import flags as absl_flags
 
-from flags.errors import ConfigError
-
-
-@dataclasses.dataclass(frozen=True)
-class RunConfig:
-  model_dir: str
-  epochs: float
-  max_steps: int
-  seed: int
-  log_every: int
-  checkpoint_every: int
-  keep_checkpoints: int
-  threads: int
+from flags.config import ConfigError, RunConfig
 
 
 def define() -> None:

@@ -25,8 +25,10 @@ import sys
 import time
 
 import numpy as np
+import tensorflow as tf
 
-from flags.errors import ConfigError
+from flags.config import ConfigError
+from input import records, sources
 
 ORDER_SEED = 20120101  # fixed: a resumed conversion deals the same images to the same shards
 
@@ -57,11 +59,9 @@ def jpeg_bytes(path: str) -> tuple[bytes, int, int]:
 def write_shard(job) -> tuple[str, int, list[str]]:
   """Write one shard unless it is there; (path, records, skipped damaged files)."""
   dst, split, index, count, pairs, classes, skip_corrupt = job
-  from input import records
   path = os.path.join(dst, records.shard_name(split, index, count))
   if os.path.exists(path):
     return path, records.count_records(path), []
-  import tensorflow as tf
   skipped, written = [], 0
   tmp = f"{path}.tmp-{os.getpid()}"
   with tf.io.TFRecordWriter(tmp) as writer:
@@ -86,7 +86,6 @@ def write_shard(job) -> tuple[str, int, list[str]]:
 def convert(src: str, dst: str, train_shards: int = 1024, validation_shards: int = 128,
             workers: int = 0, skip_corrupt: bool = False, progress=sys.stderr) -> dict:
   """Convert src into dst; returns the dataset_info.json it writes."""
-  from input import sources
   classes, train, evals = sources.folder_splits(src, flag="--src")
   os.makedirs(dst, exist_ok=True)
   jobs = []
@@ -114,7 +113,6 @@ def convert(src: str, dst: str, train_shards: int = 1024, validation_shards: int
       print(f"\rconvert: {n}/{len(jobs)} shards  {done_images:,}/{total:,} images  "
             f"{rate:,.0f} img/s  eta {int(eta // 60)}:{int(eta % 60):02d}", end="", file=progress, flush=True)
   print(file=progress)
-  from input import records
   meta = {"num_classes": len(classes), "classes": classes,
           "records": {os.path.basename(p): c for p, c in sorted(results.items())},
           "train_examples": sum(c for p, c in results.items() if os.path.basename(p).startswith("train-")),

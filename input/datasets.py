@@ -1,25 +1,9 @@
-"""What each data set is: classes, image shape, split sizes, normalisation.
+"""What each data set is: classes, image shape, split sizes, normalisation
+(flags.config.DatasetInfo).
 
 Metadata only (no TensorFlow import), so flag validation can use it cheaply.
 """
-import dataclasses
-
-
-@dataclasses.dataclass(frozen=True)
-class DatasetInfo:
-  """num_train/num_eval: examples per split; image_shape: (height, width, channels)
-  fed to the model; mean/std: per-channel normalisation of pixels in [0, 1];
-  inception_crop: train on random crops and evaluate on a central crop
-  (input/preprocessing.py), instead of decoding the image as it is."""
-  name: str
-  num_classes: int
-  image_shape: tuple[int, int, int]
-  num_train: int
-  num_eval: int
-  mean: tuple[float, ...]
-  std: tuple[float, ...]
-  on_disk: bool
-  inception_crop: bool = False
+from flags.config import DatasetInfo
 
 
 # scikit-learn's handwritten digits: 1,797 real 8x8 images, 16 grey levels.
@@ -46,4 +30,3 @@ DATASETS = {d.name: d for d in (DIGITS, SYNTHETIC)}
 IMAGENET = DatasetInfo(name="imagenet", num_classes=1000, image_shape=(224, 224, 3),
                        num_train=1_281_167, num_eval=50_000, mean=IMAGENET_MEAN,
                        std=IMAGENET_STD, on_disk=True, inception_crop=True)
-SCANNED = ("imagenet", "folder", "tfds:<name>")

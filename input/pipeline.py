@@ -13,50 +13,63 @@ input is looked for only when a batch fails (Diagnosed), or, with
 is AUTOTUNE inside a private thread pool of the cores this rank may use
 (World.threads_per_rank), so the ranks of a node do not oversubscribe it.
 """
-import dataclasses
+import abc
+import functools
 import sys
 
 import numpy as np
 import tensorflow as tf
 
 from comm.topology import World
-from flags.data import DataConfig
+from flags.config import DataConfig, DatasetInfo, Source
 from input import digits, preprocessing, records, sharding, sources
 from progress import emit
 
 
-@dataclasses.dataclass(frozen=True)
-class Input:
+class Input(abc.ABC):
   """What the training loop needs from the input.
 
   info: the data set as found on disk (classes, image shape, split sizes);
-  train_epoch(epoch, first_step=0, steps=None) -> iterable of (images, labels)
+  train_epoch(epoch, first_step=0, count=None) -> iterable of (images, labels)
   batches for this rank: steps [first_step, steps_per_epoch) of the epoch, at
-  most `steps` of them; eval() -> this rank's share of the held-out split,
+  most `count` of them; eval() -> this rank's share of the held-out split,
   every example exactly once across ranks, or None when there is none. Both
   iterate Diagnosed datasets (a failure names the bad record) unless
   --skip_corrupt.
   """
-  info: object
-  steps_per_epoch: int
-  train_epoch: callable
-  eval: callable
+
+  def __init__(self, info: DatasetInfo, steps_per_epoch: int):
+    self.info, self.steps_per_epoch = info, steps_per_epoch
+
+  @abc.abstractmethod
+  def train_epoch(self, epoch: int, first_step: int = 0, count: int | None = None):
+    """Batches of steps [first_step, min(steps_per_epoch, first_step + count)) of the epoch."""
+
+  def eval(self):
+    """This rank's share of the held-out split; None: there is none."""
+    return None
 
 
 def prepare(config: DataConfig, world: World) -> None:
   """Make the data set's files exist (digits: write them once, on one rank per node)."""
-  if config.source == "digits" and world.local_rank == 0:
+  if config.source is Source.DIGITS and world.local_rank == 0:
     digits.write(config.data_dir)
 
 
-def build(config: DataConfig, world: World, seed: int, dtype=tf.float32) -> Input:
-  """The Input of this rank; images come out as `dtype` (the model's compute dtype)."""
-  if config.source == "synthetic":
-    return _synthetic(config, seed, dtype)
-  source = sources.scan(config)
+def build(config: DataConfig, world: World, seed: int, dtype=tf.float32,
+          scanned: sources.Scanned | None = None) -> Input:
+  """The Input of this rank; images come out as `dtype` (the model's compute dtype).
+
+  scanned: sources.scan(config) if the caller has it (train.py: from the flag
+  check, so the files are read once); scanned here otherwise (digits: after
+  prepare() has written them).
+  """
+  if config.source is Source.SYNTHETIC:
+    return _Synthetic(config, seed, dtype)
+  source = scanned or sources.scan(config)
   for path in source.damaged:
     emit(f"input: {path} is truncated; training on its complete records (--skip_corrupt)")
-  return _files(config, world, seed, source, dtype)
+  return _Files(config, world, seed, source, dtype)
 
 
 def _options(world: World) -> tf.data.Options:
@@ -67,11 +80,11 @@ def _options(world: World) -> tf.data.Options:
   return options
 
 
-def _reader(source: sources.Source, split: sources.Split, threads: int):
+def _reader(source: sources.Scanned, split: sources.Split, threads: int):
   """read(runs [(file, first, count)], named) -> dataset of (encoded, label, boxes),
   and `where` (file, or file:record N) after them when named."""
   files = tf.constant(split.files or [""])
-  if source.kind == "images":
+  if source.source is Source.FOLDER:
     labels = tf.constant(split.labels or [0], tf.int32)
 
     def read(runs, named):
@@ -81,7 +94,7 @@ def _reader(source: sources.Source, split: sources.Split, threads: int):
                     + ((files[i],) if named else ()), num_parallel_calls=tf.data.AUTOTUNE)
     return read
 
-  parse = records.parse_with_boxes if source.kind == "tfrecord" else _tfds_parser(source)
+  parse = _tfds_parser(source) if source.source is Source.TFDS else records.parse_with_boxes
 
   def read(runs, named):
     columns = [tf.constant(c, tf.int64) for c in zip(*runs)] if runs else [tf.zeros([0], tf.int64)] * 3
@@ -101,7 +114,7 @@ def _reader(source: sources.Source, split: sources.Split, threads: int):
   return read
 
 
-def _tfds_parser(source: sources.Source):
+def _tfds_parser(source: sources.Scanned):
   """serialized tfds record -> (encoded image, 0-based label, no boxes)."""
   import tensorflow_datasets as tfds
   info = sources.tfds_builder(source.tfds_name, source.data_dir).info
@@ -194,43 +207,83 @@ def _find_damage(named, files, start: int, count: int, check) -> str | None:
   return None
 
 
-def _files(config: DataConfig, world: World, seed: int, source: sources.Source, dtype) -> Input:
-  info = source.info
-  steps = info.num_train // config.global_batch
-  quota = steps * config.batch_size  # examples this rank trains on per epoch
-  threads = world.threads_per_rank()
-  options = _options(world)
-  size = info.image_shape[0]
-  if info.inception_crop:
-    def train_prepare(encoded, boxes, s):
-      return preprocessing.train_image(encoded, boxes, s, size, info.mean, info.std, dtype)
+class _Files(Input):
+  """The Input of a data set in files (digits, imagenet, folder, tfds): this
+  rank's share of each epoch's shuffle, and of the held-out split."""
 
-    def eval_prepare(encoded, boxes, s):
-      return preprocessing.eval_image(encoded, size, info.mean, info.std, dtype)
-  else:  # digits: tiny images, no crops
-    def train_prepare(encoded, boxes, s):
-      return preprocessing.plain_image(encoded, info.image_shape, info.mean, info.std, dtype)
-    eval_prepare = train_prepare
-  blank = tf.zeros(info.image_shape, dtype)
-  skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="input_skipped")
-  read_train = _reader(source, source.train, threads)
-  read_eval = _reader(source, source.eval, threads)
+  def __init__(self, config: DataConfig, world: World, seed: int, source: sources.Scanned, dtype):
+    super().__init__(source.info, source.info.num_train // config.global_batch)
+    self.config, self.world, self.seed, self.source, self.dtype = config, world, seed, source, dtype
+    self.quota = self.steps_per_epoch * config.batch_size  # examples this rank trains on per epoch
+    self.options = _options(world)
+    threads = world.threads_per_rank()
+    self.read_train = _reader(source, source.train, threads)
+    self.read_eval = _reader(source, source.eval, threads)
+    self.blank = tf.zeros(self.info.image_shape, dtype)
+    self.skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="input_skipped")
 
-  def seed_of(base_seed, i):
-    return tf.stack([tf.constant(base_seed, tf.int64), tf.cast(i, tf.int64)])
+  def train_prepare(self, encoded, boxes, s):
+    """(encoded image, boxes (n, 4), stateless seed (2,)) -> training image (H, W, C) in self.dtype."""
+    info = self.info
+    if info.inception_crop:
+      return preprocessing.train_image(encoded, boxes, s, info.image_shape[0], info.mean, info.std, self.dtype)
+    # digits: tiny images, no crops
+    return preprocessing.plain_image(encoded, info.image_shape, info.mean, info.std, self.dtype)
 
-  def finish(ds, prepare, base_seed, batch, drop):
+  def eval_prepare(self, encoded, boxes, s):
+    """The evaluation image: a central crop, no augmentation (digits: as in training)."""
+    info = self.info
+    if info.inception_crop:
+      return preprocessing.eval_image(encoded, info.image_shape[0], info.mean, info.std, self.dtype)
+    return self.train_prepare(encoded, boxes, s)
+
+  def train_epoch(self, epoch, first_step=0, count=None):
+    config, seed, rank = self.config, self.seed, self.world.rank
+    order = sharding.epoch_order(len(self.source.train.files), seed, epoch)
+    runs = sharding.segments(self.source.train.counts, order, rank * self.quota, self.quota)
+    base_seed = _mix(seed, epoch, rank, 2)
+    first = first_step * config.batch_size
+    ds = self._finish(self._train_examples(epoch, runs, config.skip_corrupt).skip(first), self.train_prepare,
+                      base_seed, config.batch_size, drop=True)
+    steps = self.steps_per_epoch
+    left = steps - first_step if count is None else min(count, steps - first_step)
+    ds = _to_device(ds.take(left).prefetch(tf.data.AUTOTUNE).with_options(self.options))
+    return self._diagnosed(ds, lambda: self._train_examples(epoch, runs, True), runs, self.source.train,
+                           self.train_prepare, base_seed, first, config.batch_size)
+
+  def eval(self):
+    split, config = self.source.eval, self.config
+    if not split.total:
+      return None
+    start, length = sharding.rank_share(split.total, self.world.size, self.world.rank)
+    runs = sharding.segments(split.counts, np.arange(len(split.files)), start, length)
+    ds = self._finish(self.read_eval(runs, config.skip_corrupt).enumerate(), self.eval_prepare, 0,
+                      config.eval_batch_size, drop=False)
+    ds = _to_device(ds.prefetch(tf.data.AUTOTUNE).with_options(self.options))
+    return self._diagnosed(ds, lambda: self.read_eval(runs, True).enumerate(), runs, split, self.eval_prepare,
+                           0, 0, config.eval_batch_size)
+
+  def _train_examples(self, epoch, runs, named):
+    """This rank's examples of the epoch in training order, enumerated: the
+    position is the augmentation seed, so skipping to a step is exact."""
+    ds = self.read_train(runs, named)
+    if self.source.source is not Source.FOLDER:  # image files are already in a per-example shared permutation
+      ds = ds.shuffle(self.config.shuffle_buffer, seed=_mix(self.seed, epoch, self.world.rank, 1))
+    return ds.enumerate()
+
+  def _finish(self, ds, prepare, base_seed, batch, drop):
     """Enumerated examples -> batches of (images, labels)."""
-    if not config.skip_corrupt:
-      ds = ds.map(lambda i, ex: (prepare(ex[0], ex[2], seed_of(base_seed, i)), ex[1]),
+    num_classes = self.info.num_classes
+    if not self.config.skip_corrupt:
+      ds = ds.map(lambda i, ex: (prepare(ex[0], ex[2], _seed_of(base_seed, i)), ex[1]),
                   num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
       # A plain batch right after the map: tf.data fuses the two (map_and_batch_fusion)
       # and writes each image straight into its batch, one copy and one stage fewer;
       # a parallel batch is not fused (bench-input: 1,065-1,107 -> 1,112-1,144 images/s).
       ds = ds.batch(batch, drop_remainder=drop)
-      return ds.map(_labels_in_range(info.num_classes))
-    check = _skipping(prepare, blank, info.num_classes, skipped)
-    ds = ds.map(lambda i, ex: check(*ex, seed_of(base_seed, i)), num_parallel_calls=tf.data.AUTOTUNE,
+      return ds.map(_labels_in_range(num_classes))
+    check = _skipping(prepare, self.blank, num_classes, self.skipped)
+    ds = ds.map(lambda i, ex: check(*ex, _seed_of(base_seed, i)), num_parallel_calls=tf.data.AUTOTUNE,
                 deterministic=True)
     # What looks_complete cannot see (a bit flip inside the data) still fails
     # the decoder: dropped here, logged by tf.data as "Ignoring error".
@@ -240,57 +293,34 @@ def _files(config: DataConfig, world: World, seed: int, source: sources.Source, 
       ds = ds.repeat()  # refill what was skipped, so every rank still runs steps_per_epoch steps
     return ds.batch(batch, drop_remainder=drop, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
-  def diagnosed(ds, named_examples, runs, split, prepare, base_seed, first, batch):
+  def _diagnosed(self, ds, named_examples, runs, split, prepare, base_seed, first, batch):
     """ds as a Diagnosed iterable (without --skip_corrupt, which drops bad input instead)."""
-    if config.skip_corrupt:
+    if self.config.skip_corrupt:
       return ds
-
-    def check(encoded, label, boxes, i):
-      if not preprocessing.looks_complete(encoded):
-        return "is a damaged image (truncated, or not an image)"
-      if not 0 <= int(label) < info.num_classes:
-        return f"has label {int(label)}, outside 0..{info.num_classes - 1}"
-      try:
-        prepare(encoded, boxes, seed_of(base_seed, i))
-      except tf.errors.InvalidArgumentError as error:
-        return f"cannot be decoded ({_first_line(error)})"
-      return None
-    files = [] if source.kind == "images" else [split.files[f] for f in dict.fromkeys(f for f, _, _ in runs)]
+    # the record files these runs read, where a failed read looks for the damage
+    files = [] if self.source.source is Source.FOLDER else [
+        split.files[f] for f in dict.fromkeys(f for f, *_ in runs)]
+    check = functools.partial(self._problem, prepare, base_seed)  # (encoded, label, boxes, i) -> problem
     return Diagnosed(ds, lambda start, count: _find_damage(named_examples(), files, start, count, check),
                      first, batch)
 
-  def train_examples(epoch, runs, named):
-    """This rank's examples of the epoch in training order, enumerated: the
-    position is the augmentation seed, so skipping to a step is exact."""
-    ds = read_train(runs, named)
-    if source.kind != "images":  # image files are already in a per-example shared permutation
-      ds = ds.shuffle(config.shuffle_buffer, seed=_mix(seed, epoch, world.rank, 1))
-    return ds.enumerate()
+  def _problem(self, prepare, base_seed, encoded, label, boxes, i) -> str | None:
+    """What is wrong with example i (eager tensors), or None."""
+    num_classes = self.info.num_classes
+    if not preprocessing.looks_complete(encoded):
+      return "is a damaged image (truncated, or not an image)"
+    if not 0 <= int(label) < num_classes:
+      return f"has label {int(label)}, outside 0..{num_classes - 1}"
+    try:
+      prepare(encoded, boxes, _seed_of(base_seed, i))
+    except tf.errors.InvalidArgumentError as error:
+      return f"cannot be decoded ({_first_line(error)})"
+    return None
 
-  def train_epoch(epoch, first_step=0, count=None):
-    order = sharding.epoch_order(len(source.train.files), seed, epoch)
-    runs = sharding.segments(source.train.counts, order, world.rank * quota, quota)
-    base_seed = _mix(seed, epoch, world.rank, 2)
-    first = first_step * config.batch_size
-    ds = finish(train_examples(epoch, runs, config.skip_corrupt).skip(first), train_prepare, base_seed,
-                config.batch_size, drop=True)
-    left = steps - first_step if count is None else min(count, steps - first_step)
-    ds = _to_device(ds.take(left).prefetch(tf.data.AUTOTUNE).with_options(options))
-    return diagnosed(ds, lambda: train_examples(epoch, runs, True), runs, source.train, train_prepare,
-                     base_seed, first, config.batch_size)
 
-  def eval_split():
-    if not source.eval.total:
-      return None
-    start, length = sharding.rank_share(source.eval.total, world.size, world.rank)
-    runs = sharding.segments(source.eval.counts, np.arange(len(source.eval.files)), start, length)
-    ds = finish(read_eval(runs, config.skip_corrupt).enumerate(), eval_prepare, 0, config.eval_batch_size,
-                drop=False)
-    ds = _to_device(ds.prefetch(tf.data.AUTOTUNE).with_options(options))
-    return diagnosed(ds, lambda: read_eval(runs, True).enumerate(), runs, source.eval, eval_prepare, 0, 0,
-                     config.eval_batch_size)
-
-  return Input(info=info, steps_per_epoch=steps, train_epoch=train_epoch, eval=eval_split)
+def _seed_of(base_seed, i):
+  """The stateless seed (2,) int64 of example i of a stream."""
+  return tf.stack([tf.constant(base_seed, tf.int64), tf.cast(i, tf.int64)])
 
 
 def _mix(*numbers) -> int:
@@ -306,15 +336,18 @@ def _to_device(ds):
   return ds.apply(tf.data.experimental.prefetch_to_device(gpus[0].name, buffer_size=2))
 
 
-def _synthetic(config: DataConfig, seed: int, dtype) -> Input:
-  info = config.dataset
-  steps = info.num_train // config.global_batch
-  rng = np.random.default_rng(seed)
-  images = tf.constant(rng.standard_normal((config.batch_size, *info.image_shape), np.float32), dtype)
-  labels = tf.constant(rng.integers(0, info.num_classes, config.batch_size, np.int32))
-  batch = tf.data.Dataset.from_tensors((images, labels))
+class _Synthetic(Input):
+  """One fixed random batch, repeated: measures the model and the allreduce, never the input."""
 
-  def train_epoch(epoch, first_step=0, count=None):
+  def __init__(self, config: DataConfig, seed: int, dtype):
+    info = config.dataset
+    super().__init__(info, info.num_train // config.global_batch)
+    rng = np.random.default_rng(seed)
+    images = tf.constant(rng.standard_normal((config.batch_size, *info.image_shape), np.float32), dtype)
+    labels = tf.constant(rng.integers(0, info.num_classes, config.batch_size, np.int32))
+    self.batch = tf.data.Dataset.from_tensors((images, labels))
+
+  def train_epoch(self, epoch, first_step=0, count=None):
+    steps = self.steps_per_epoch
     left = steps - first_step if count is None else min(count, steps - first_step)
-    return batch.repeat(left)
-  return Input(info=info, steps_per_epoch=steps, train_epoch=train_epoch, eval=lambda: None)
+    return self.batch.repeat(left)

@@ -4,19 +4,18 @@ and its metadata, found once before training (every rank, cheaply).
 Formats: TFRecords in ImageNet's layout (`imagenet`, and the digits set), an
 image folder in ImageNet's layout (`folder`: train/<wnid>/*.JPEG, val/<wnid>/...),
 and a tensorflow-datasets set prepared in --data_dir (`tfds:<name>`). Every
-problem found here is a flags.errors.ConfigError naming the flag and the fix,
+problem found here is a flags.config.ConfigError naming the flag and the fix,
 raised before the model is built.
 """
 import dataclasses
-import functools
 import json
 import os
 
 import tensorflow as tf
 
-from flags.errors import ConfigError
+from flags.config import ConfigError, DatasetInfo, Source
 from input import records
-from input.datasets import IMAGENET_MEAN, IMAGENET_STD, DatasetInfo
+from input.datasets import IMAGENET_MEAN, IMAGENET_STD
 
 IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png")
 FOLDER_SPLITS = {"train": ("train",), "eval": ("val", "validation")}
@@ -38,12 +37,13 @@ class Split:
 
 
 @dataclasses.dataclass(frozen=True)
-class Source:
-  """kind: 'tfrecord' (ImageNet layout), 'images' (one file per example) or
-  'tfds' (tfds's TFRecords, read with tfds's feature spec); damaged: files
-  whose unreadable tail is left out (--skip_corrupt)."""
+class Scanned:
+  """What --data_dir holds. source: how to read it, TFRecords in ImageNet's
+  layout (digits, imagenet), one image file per example (folder) or tfds's
+  TFRecords read with tfds's feature spec (tfds); damaged: files whose
+  unreadable tail is left out (--skip_corrupt)."""
   info: DatasetInfo
-  kind: str
+  source: Source
   train: Split
   eval: Split
   tfds_name: str = ""
@@ -57,12 +57,12 @@ def imagenet_like(name, num_classes, image_size, num_train, num_eval, crop=True)
                      on_disk=True, inception_crop=crop)
 
 
-@functools.lru_cache(maxsize=8)
-def scan(config) -> Source:
-  """The Source of a DataConfig (cached: flag checks and the pipeline share it)."""
-  if config.source == "folder":
+def scan(config) -> Scanned:
+  """What the files of a DataConfig hold. Reads every file's record count: train.py
+  scans once, in the flag check, and hands the result to input.pipeline.build."""
+  if config.source is Source.FOLDER:
     return _folder(config)
-  if config.source == "tfds":
+  if config.source is Source.TFDS:
     return _tfds(config)
   return _tfrecords(config)
 
@@ -83,7 +83,7 @@ def _count(paths, flag_hint, skip_corrupt, damaged):
   return counts
 
 
-def _tfrecords(config) -> Source:
+def _tfrecords(config) -> Scanned:
   d = config.data_dir
   train = records.shard_paths(d, "train")
   if not train:
@@ -100,13 +100,13 @@ def _tfrecords(config) -> Source:
   if os.path.exists(os.path.join(d, INFO_FILE)):
     with open(os.path.join(d, INFO_FILE)) as fh:
       meta = json.load(fh)
-  if config.source == "digits":
+  if config.source is Source.DIGITS:
     info = dataclasses.replace(config.dataset, num_train=sum(train_counts), num_eval=sum(eval_counts))
   else:
     info = imagenet_like(config.dataset.name, meta.get("num_classes", config.dataset.num_classes),
                          config.image_size, sum(train_counts), sum(eval_counts))
   _check_labels([p for p, c in zip(train + evals, train_counts + eval_counts) if c], info.num_classes)
-  return Source(info=info, kind="tfrecord",
+  return Scanned(info=info, source=config.source,
                 train=Split(tuple(train), tuple(train_counts)),
                 eval=Split(tuple(evals), tuple(eval_counts)), damaged=tuple(damaged))
 
@@ -171,10 +171,10 @@ def folder_splits(root: str, flag: str = "--data_dir") -> tuple[list[str], Split
   return classes, train, split(eval_dirs[0]) if eval_dirs else Split()
 
 
-def _folder(config) -> Source:
+def _folder(config) -> Scanned:
   classes, train, evals = folder_splits(config.data_dir)
   info = imagenet_like("folder", len(classes), config.image_size, train.total, evals.total)
-  return Source(info=info, kind="images", train=train, eval=evals)
+  return Scanned(info=info, source=Source.FOLDER, train=train, eval=evals)
 
 
 # ----------------------------------------------------- tensorflow-datasets --
@@ -185,7 +185,7 @@ def tfds_builder(name, data_dir):
   return tfds.builder(name, data_dir=data_dir, try_gcs=False)
 
 
-def _tfds(config) -> Source:
+def _tfds(config) -> Scanned:
   name, d = config.tfds_name, config.data_dir
   fix = (f"prepare it there first (`tfds build {name} --data_dir={d}`, with the archives "
          "in --manual_dir for imagenet2012) or point --data_dir at the tfds data directory.")
@@ -213,4 +213,4 @@ def _tfds(config) -> Source:
   eval_name = next((s for s in ("validation", "test") if s in splits), None)
   train, evals = split("train"), split(eval_name) if eval_name else Split()
   info = imagenet_like(config.dataset.name, num_classes, config.image_size, train.total, evals.total)
-  return Source(info=info, kind="tfds", train=train, eval=evals, tfds_name=name, data_dir=d)
+  return Scanned(info=info, source=Source.TFDS, train=train, eval=evals, tfds_name=name, data_dir=d)

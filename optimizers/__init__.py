@@ -1,7 +1,7 @@
 """Optimizers, learning-rate schedules and mixed precision."""
 import keras
 
-from flags.optim import OptimConfig
+from flags.config import OptimConfig
 from optimizers.lars import DEFAULT_EXCLUDE, LARS
 
 # No weight decay on biases and BatchNorm's gamma/beta (Jia et al.; MLPerf);

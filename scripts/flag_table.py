@@ -3,7 +3,7 @@
   python scripts/flag_table.py    # what `make docs` runs; rewrites docs/flags.md
 
 Generated, never copied by hand: the README's hand-copied table and `--helpfull`
-already disagreed on --hybrid_cost. tests/test_flags.py fails when docs/flags.md
+already disagreed on --hybrid_cost. tests/flags/test_train_flags.py fails when docs/flags.md
 differs from what this writes.
 """
 import os
@@ -14,7 +14,7 @@ sys.path.insert(0, REPO)
 
 from absl import flags as absl_flags  # noqa: E402
 
-import flags  # noqa: E402
+from flags import train_flags  # noqa: E402
 
 OUTPUT = os.path.join(REPO, "docs", "flags.md")
 
@@ -44,7 +44,7 @@ def default(flag) -> str:
 
 def table() -> str:
   """docs/flags.md's text: a section per flags/ module, in definition order."""
-  flags.define_flags()
+  train_flags.define_flags()
   lines = [HEADER]
   for module, defined in absl_flags.FLAGS.flags_by_module_dict().items():
     if not module.startswith("flags."):

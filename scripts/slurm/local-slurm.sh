@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A one-machine Slurm for trying the sbatch scripts here (and for
-# tests/test_slurm.py): munged, slurmctld and slurmd on this host, every file
+# tests/multiprocess/test_slurm.py): munged, slurmctld and slurmd on this host, every file
 # under DIR, nothing in /etc/slurm or the system's munge touched.
 #
 #   scripts/slurm/local-slurm.sh install        # Debian: slurmctld slurmd slurm-client munge (root)

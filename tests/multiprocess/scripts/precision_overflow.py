@@ -8,7 +8,7 @@ The step is train.py's own (training/step.py): scaled loss -> scaled grads -> ex
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
 
 import horovod.tensorflow as hvd  # noqa: E402
 import keras  # noqa: E402
@@ -18,7 +18,7 @@ import tensorflow as tf  # noqa: E402
 import comm  # noqa: E402
 from comm import sync  # noqa: E402
 from comm.exchange import make_gradient_exchange  # noqa: E402
-from flags.comm import CommConfig  # noqa: E402
+from flags.config import CommConfig  # noqa: E402
 from models import build_model  # noqa: E402
 from optimizers import precision  # noqa: E402
 from optimizers.lars import LARS  # noqa: E402
@@ -33,9 +33,9 @@ def main():
   model = build_model("resnet20", 10, (8, 8, 1))
   optimizer = LARS(learning_rate=1.0, momentum=0.9, weight_decay=1e-4, eta=0.01)
   optimizer.build(model.trainable_variables)
-  sync.broadcast_state(model.variables + optimizer.variables, hvd)
+  sync.broadcast_state(hvd, model.variables + optimizer.variables)
   loss_scale = precision.DynamicLossScale(enabled=True, initial_scale=2.0 ** 10, growth_interval=2)
-  exchange = make_gradient_exchange(CommConfig(), hvd, world)
+  exchange = make_gradient_exchange(hvd, CommConfig(), world)
   variables = model.trainable_variables
   train_step = make_train_step(model, optimizer, exchange, loss_scale, num_classes=10,
                                agree=sync.agree_max(hvd))
@@ -62,7 +62,7 @@ def main():
   assert int(optimizer.iterations) == 1 and int(loss_scale.good_steps) == 1
   moved = [not np.array_equal(a, b) for a, b in zip(before, weights())]
   assert sum(moved) > len(variables) // 2, "the clean step moved too few variables"
-  assert sync.replicas_identical(variables, hvd), "ranks differ after the clean step"
+  assert sync.replicas_identical(hvd, variables), "ranks differ after the clean step"
   assert all(np.isfinite(v.numpy()).all() for v in variables)
 
   step(images, labels, tf.constant(1.0, tf.float32))  # second good step in a row: scale doubles

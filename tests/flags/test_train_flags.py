@@ -7,7 +7,7 @@ import types
 import pytest
 from absl import flags as absl_flags
 
-import flags
+from flags import train_flags as flags
 from comm.topology import World
 from conftest import REPO, python
 
@@ -65,28 +65,28 @@ def test_global_batch_divides_by_ranks():
 
 def test_missing_data_dir(tmp_path):
   config = flags.build_config(values(data_dir=str(tmp_path / "nope"), model_dir=str(tmp_path / "m")), World())
-  assert "--data_dir" in flags.check_paths(config)
+  assert "--data_dir" in flags.check_paths(config)[0]
 
 
 def test_unwritable_model_dir(tmp_path):
   blocker = tmp_path / "a_file"
   blocker.write_text("not a directory")
   config = flags.build_config(values(model_dir=str(blocker / "run")), World())
-  assert "--model_dir" in flags.check_paths(config)
+  assert "--model_dir" in flags.check_paths(config)[0]
 
 
 def test_only_rank0_checks_model_dir(tmp_path):
   blocker = tmp_path / "a_file"
   blocker.write_text("x")
   config = flags.build_config(values(model_dir=str(blocker / "run")), World(size=2, rank=1))
-  assert flags.check_paths(config) is None
+  assert flags.check_paths(config) == (None, None)
 
 
 def test_checkpoint_of_another_model_is_refused_and_left_alone(tmp_path):
   config = flags.build_config(values(model_dir=str(tmp_path)), World())
   saved = {"identity": {**flags.checkpoint_identity(config), "model": "resnet50"}}
   (tmp_path / flags.CONFIG_FILE).write_text(json.dumps(saved))
-  message = flags.check_paths(config)
+  message, _ = flags.check_paths(config)
   assert "--model=resnet50" in message and "new --model_dir" in message
   assert json.loads((tmp_path / flags.CONFIG_FILE).read_text()) == saved
 

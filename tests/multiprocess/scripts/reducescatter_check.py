@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
 
 import horovod.tensorflow as hvd  # noqa: E402
 import numpy as np  # noqa: E402
@@ -22,7 +22,7 @@ import tensorflow as tf  # noqa: E402
 
 import comm  # noqa: E402
 from comm.exchange import make_gradient_exchange  # noqa: E402
-from flags.comm import CommConfig  # noqa: E402
+from flags.config import CommConfig  # noqa: E402
 
 SIZES = [1179648, 512, 512, 1048576, 1000, 4096002, 30000, 2469134]
 
@@ -38,7 +38,7 @@ def main():
     want = [(size * b + size * (size - 1) / 2)[rank * (b.size // size):(rank + 1) * (b.size // size)] for b in base]
   else:
     # Below the smallest tensor: one bucket per tensor, all in flight at once.
-    run = tf.function(make_gradient_exchange(CommConfig("hier", fusion_threshold_mb=0.001), hvd, world))
+    run = tf.function(make_gradient_exchange(hvd, CommConfig("hier", fusion_threshold_mb=0.001), world))
     want = [b + np.float32((size - 1) / 2) for b in base]
   busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)] if rank == 0 else []
   try:

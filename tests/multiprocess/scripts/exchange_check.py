@@ -3,7 +3,7 @@ and broadcast_state leaves every rank with rank 0's weights. Prints 'OK rank N'.
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
 
 import horovod.tensorflow as hvd  # noqa: E402
 import numpy as np  # noqa: E402
@@ -12,7 +12,7 @@ import tensorflow as tf  # noqa: E402
 import comm  # noqa: E402
 from comm import sync  # noqa: E402
 from comm.exchange import make_gradient_exchange  # noqa: E402
-from flags.comm import CommConfig  # noqa: E402
+from flags.config import CommConfig  # noqa: E402
 from models import build_model  # noqa: E402
 
 SHAPES = [(), (1,), (7,), (3, 5), (3, 3, 16, 32), (1001,), (0,), (64, 10)]
@@ -28,7 +28,7 @@ def main():
   rank, size = world.rank, world.size
 
   config = CommConfig(allreduce=os.environ.get("ALLREDUCE", "horovod"), fusion_threshold_mb=0.001)
-  exchange = tf.function(make_gradient_exchange(config, hvd, world))
+  exchange = tf.function(make_gradient_exchange(hvd, config, world))
   got = exchange([tf.constant(x) for x in rank_inputs(rank)])
   want = [np.mean([rank_inputs(r)[i] for r in range(size)], axis=0) for i in range(len(SHAPES))]
   for shape, g, w in zip(SHAPES, got, want):
@@ -38,9 +38,9 @@ def main():
   # Different seeds per rank: weights differ until the broadcast.
   tf.keras.utils.set_random_seed(rank)
   model = build_model("resnet20", 10, (8, 8, 1))
-  before = sync.replicas_identical(model.trainable_variables, hvd)
-  sync.broadcast_state(model.variables, hvd)
-  after = sync.replicas_identical(model.variables, hvd)
+  before = sync.replicas_identical(hvd, model.trainable_variables)
+  sync.broadcast_state(hvd, model.variables)
+  after = sync.replicas_identical(hvd, model.variables)
   assert not before and after, (before, after)
   gathered = hvd.allgather(tf.concat([tf.reshape(v, [-1]) for v in model.variables], 0)[None]).numpy()
   assert (gathered == gathered[0]).all()

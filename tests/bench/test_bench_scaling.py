@@ -9,7 +9,7 @@ from comm.cost_model import CostModel, Link
 from comm.topology import World
 
 MB = 1 << 20
-# 1 GB/s per rank in the node, 0.1 GB/s per host link (as tests/test_cost_model.py).
+# 1 GB/s per rank in the node, 0.1 GB/s per host link (as tests/comm/test_cost_model.py).
 M = CostModel(intra=Link(alpha=1e-3, beta=1e-9), inter=Link(alpha=2e-3, beta=1e-8))
 RING = dataclasses.replace(M, flat="ring")
 TWO_BY_TWO = World(size=4, local_size=2, cross_size=2)

@@ -25,7 +25,8 @@ def summary_of(proc):
 
 @pytest.mark.parametrize("gloo", [False, True], ids=["mpi", "gloo"])
 def test_exchange_is_the_mean_and_broadcast_makes_replicas_identical(gloo):
-  proc = horovodrun(2, "python", "tests/mp/exchange_check.py", gloo=gloo, check=True, timeout=300)
+  proc = horovodrun(2, "python", "tests/multiprocess/scripts/exchange_check.py", gloo=gloo, check=True,
+                    timeout=300)
   assert proc.stdout.count("OK rank") == 2, proc.stdout
 
 

@@ -86,7 +86,7 @@ def test_mixed_policy_keeps_fp32_variables_logits_and_bn_statistics(policy, name
 
 @pytest.mark.multiprocess
 def test_fp16_overflow_on_one_rank_is_skipped_on_every_rank():
-  proc = horovodrun(2, "python", "tests/mp/precision_overflow.py", check=True, timeout=300)
+  proc = horovodrun(2, "python", "tests/multiprocess/scripts/precision_overflow.py", check=True, timeout=300)
   assert proc.stdout.count("OK rank") == 2, proc.stdout
 
 

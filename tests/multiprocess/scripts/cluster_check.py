@@ -3,7 +3,7 @@ host 1): each rank sees its host's name and its local and cross rank; an
 allreduce inside a host leaves the host's link idle (shared memory), one across
 hosts crosses it; every sum is right. Prints 'OK rank N'.
 
-  python tests/mp/cluster_check.py CLUSTER IFACE
+  python tests/multiprocess/scripts/cluster_check.py CLUSTER IFACE
 """
 import os
 import socket

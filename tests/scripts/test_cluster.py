@@ -121,7 +121,7 @@ def test_horovod_ranks_span_hosts_and_only_cross_host_traffic_uses_the_link(two_
   # As the README launches it: the 4 ranks share this machine's cores, so Open MPI yields.
   proc = cluster(name, subnet, "run", "horovodrun", "-np", "4", "-H", f"{name}-h1:2,{name}-h2:2",
                  "--network-interface", f"{name}0", "--mpi-args=--mca mpi_yield_when_idle 1",
-                 sys.executable, "tests/mp/cluster_check.py",
+                 sys.executable, "tests/multiprocess/scripts/cluster_check.py",
                  name, f"{name}0", timeout=300)
   assert proc.stdout.count("OK rank") == 4, proc.stdout[-3000:]
 

@@ -34,7 +34,7 @@ def test_trains_from_imagenet_tfrecords(tmp_path):
 
 
 def test_trains_from_a_prepared_tfds_set(tmp_path):
-  from test_input_sources import prepare_tfds_samples
+  from test_sources import prepare_tfds_samples
   prepare_tfds_samples(tmp_path / "tfds")
   proc = python(*train_args(tmp_path / "run", "tfds:sample_images", tmp_path / "tfds"), timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]

@@ -13,7 +13,7 @@ Prints 'OK rank N'.
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
 
 import horovod.tensorflow as hvd  # noqa: E402
 import numpy as np  # noqa: E402
@@ -22,7 +22,7 @@ import tensorflow as tf  # noqa: E402
 import comm  # noqa: E402
 from models import gradient_sets  # noqa: E402
 from comm.exchange import make_gradient_exchange  # noqa: E402
-from flags.comm import CommConfig  # noqa: E402
+from flags.config import CommConfig  # noqa: E402
 from optimizers import precision  # noqa: E402
 from training.step import make_train_step  # noqa: E402
 
@@ -79,7 +79,7 @@ def main():
   mine = [tf.cast(np.round(x * 4) / 4, dt) for x, (_, dt) in zip(rank_inputs(rank), SMALL)]
   for config in SETTINGS:
     progress(world, config)
-    exchange = make_gradient_exchange(config, hvd, world)
+    exchange = make_gradient_exchange(hvd, config, world)
     got = tf.function(exchange)(mine)
     for (shape, dt), g, w in zip(SMALL, got, want):
       check_mean(f"{config} {shape} {dt}", g, w, dt, config.compression)
@@ -99,7 +99,7 @@ def main():
     mine = [tf.constant(b + rank) for b in base]
     for config in BIG_SETTINGS:
       progress(world, f"{model} {config.allreduce}")
-      exchange = make_gradient_exchange(config, hvd, world)
+      exchange = make_gradient_exchange(hvd, config, world)
       got = tf.function(exchange)(mine)
       for i, (g, b) in enumerate(zip(got, base)):
         assert g.shape == b.shape and np.array_equal(g.numpy(), b + np.float32((size - 1) / 2)), (model, config, i)
@@ -122,7 +122,7 @@ def main():
     for v, s in zip(net.trainable_variables, start):
       v.assign(s)
     # train.py's own step (training/step.py), fp32: plain SGD at LR 0.1.
-    step = make_train_step(net, optimizer, make_gradient_exchange(config, hvd, world),
+    step = make_train_step(net, optimizer, make_gradient_exchange(hvd, config, world),
                            precision.for_precision("fp32"), num_classes=10)
 
     for images, labels in batches:

@@ -13,7 +13,7 @@ import tensorflow as tf
 from bench import samples
 from comm.topology import World
 from flags import data as data_flags
-from flags.errors import ConfigError
+from flags.config import ConfigError
 from input import convert, pipeline, records, sources
 
 NUM = 100       # sample images; one class each, so a training label is the example's id
@@ -134,11 +134,12 @@ def prepare_tfds_samples(data_dir):
 def test_a_prepared_tfds_set_is_read_without_downloading(tmp_path):
   prepare_tfds_samples(tmp_path)
   config = data_config("tfds:sample_images", str(tmp_path), batch_size=16, world=World(2, 0))
-  assert data_flags.check(config, World(2, 0)) is None
+  problem, scanned = data_flags.check(config, World(2, 0))
+  assert problem is None and scanned.info.num_train == NUM
   seen = []
   for rank in range(2):
     data = pipeline.build(data_config("tfds:sample_images", str(tmp_path), batch_size=16, world=World(2, rank)),
-                          World(2, rank), seed=1)
+                          World(2, rank), seed=1, scanned=scanned)
     assert data.info.num_classes == NUM and data.info.num_eval == NUM_EVAL
     seen.append(labels_of(data.train_epoch(0)))
   seen = np.concatenate(seen)
@@ -148,7 +149,7 @@ def test_a_prepared_tfds_set_is_read_without_downloading(tmp_path):
 # ---------------------------------------------------------------- bad input --
 
 def check(dataset, path, **kw):
-  return data_flags.check(data_config(dataset, path, **kw), World())
+  return data_flags.check(data_config(dataset, path, **kw), World())[0]
 
 
 def test_bad_directories_get_one_sentence_naming_the_flag_and_the_fix(tmp_path, folder):
@@ -257,6 +258,5 @@ def test_a_record_file_with_a_bad_checksum_is_named(tmp_path, tfrecords):
   data = bytearray(shard.read_bytes())
   data[12 + 3000] ^= 0xFF  # now the first record too: the start-up scan names the file
   shard.write_bytes(bytes(data))
-  sources.scan.cache_clear()
   problem = check("imagenet", str(root))
   assert f"{shard} is damaged" in problem

@@ -1,5 +1,5 @@
 """The exchange over real ranks: 4 ranks as 2 nodes of 2 (MPI) and 2 ranks (Gloo), and the
-topology error of train.py. Each launch batches every check (tests/mp/comm_check.py):
+topology error of train.py. Each launch batches every check (tests/multiprocess/scripts/comm_check.py):
 starting ranks costs more than checking on 2 cores."""
 import pytest
 
@@ -12,15 +12,16 @@ pytestmark = pytest.mark.multiprocess
 @pytest.mark.parametrize("np_, ranks_per_node, gloo, models", [(4, 2, False, "resnet50"), (2, 0, True, "resnet50,alexnet")],
                          ids=["mpi-np4-2nodes", "gloo-np2-1node"])
 def test_every_algorithm_is_the_mean_and_trains_like_horovod(np_, ranks_per_node, gloo, models):
-  proc = horovodrun(np_, "python", "tests/mp/comm_check.py", str(ranks_per_node), models, gloo=gloo,
-                    check=True, timeout=420)
+  proc = horovodrun(np_, "python", "tests/multiprocess/scripts/comm_check.py", str(ranks_per_node), models,
+                    gloo=gloo, check=True, timeout=420)
   assert proc.stdout.count("OK rank") == np_, proc.stdout[-3000:]
 
 
 def test_hier_is_exact_on_gloo_while_fused_reducescatters_go_wrong():
   # Horovod 0.28.1's Gloo path returned wrong values in 4-7 of 40 loaded steps
   # without the serialisation in comm/hierarchical.py; 60 steps fail it more often than not.
-  proc = horovodrun(2, "python", "tests/mp/reducescatter_check.py", "60", gloo=True, check=True, timeout=300)
+  proc = horovodrun(2, "python", "tests/multiprocess/scripts/reducescatter_check.py", "60", gloo=True, check=True,
+                    timeout=300)
   assert proc.stdout.count("OK rank") == 2, proc.stdout[-3000:]
 
 

@@ -123,7 +123,7 @@ def test_bad_arguments():
 
 @pytest.mark.parametrize("no_decay_on_bias_bn", [True, False])
 def test_flags_build_lars_that_skips_bias_and_bn(no_decay_on_bias_bn):
-  from flags.optim import OptimConfig
+  from flags.config import OptimConfig
   from models import build_model
   from optimizers import build_optimizer
   config = OptimConfig(optimizer="lars", base_lr=1.0, momentum=0.9, weight_decay=1e-4, warmup_epochs=0,
@@ -149,7 +149,7 @@ def test_bad_recipe_flags(overrides, must_name):
 
   from absl import flags as absl_flags
 
-  import flags
+  from flags import train_flags as flags
   from comm.topology import World
   flags.define_flags()
   parsed = types.SimpleNamespace(**{**{n: absl_flags.FLAGS[n].default for n in absl_flags.FLAGS}, **overrides})

@@ -3,7 +3,7 @@ import numpy as np
 import tensorflow as tf
 
 from comm.topology import World
-from flags.data import DataConfig
+from flags.config import DataConfig, Source
 from input import digits, pipeline, records
 from input.datasets import DIGITS
 
@@ -57,7 +57,7 @@ def test_normalisation_constants_match_the_training_split():
 
 
 def data_config(data_dir, batch_size=32, ranks=1):
-  return DataConfig(dataset=DIGITS, source="digits", tfds_name="", image_size=8, skip_corrupt=False,
+  return DataConfig(dataset=DIGITS, source=Source.DIGITS, tfds_name="", image_size=8, skip_corrupt=False,
                     data_dir=data_dir, create_data_dir=False, batch_size=batch_size,
                     global_batch=batch_size * ranks, eval_batch_size=50, shuffle_buffer=10_000)
 

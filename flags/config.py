@@ -1,0 +1,135 @@
+"""The validated settings of a run, as frozen dataclasses, and the error a user's mistake becomes.
+
+The ground floor of the project (see flags/__init__.py): imports nothing of
+it, so comm/, input/, models/ and optimizers/ take their settings from here
+without importing the flag definitions and checks that sit above them.
+"""
+import dataclasses
+import enum
+
+
+class ConfigError(ValueError):
+  """Bad flags, data or topology: one sentence that names the flag and the fix.
+
+  Raised before any expensive work; train.py prints it on every rank and exits
+  with status 2.
+  """
+
+
+ALGORITHMS = ("horovod", "flat", "hier", "hybrid")
+COMPRESSIONS = ("none", "fp16")
+OPTIMIZERS = ("sgd", "lars")
+LR_SCHEDULES = ("step", "poly", "cosine")
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+class Source(enum.StrEnum):
+  """Where the examples come from. A StrEnum, so config.json holds the plain name."""
+  DIGITS = "digits"        # scikit-learn's digits, written once as TFRecords
+  SYNTHETIC = "synthetic"  # a fixed in-memory batch
+  IMAGENET = "imagenet"    # TFRecords in ImageNet's layout in --data_dir
+  FOLDER = "folder"        # train/<wnid>/*.JPEG and val/<wnid>/*.JPEG in --data_dir
+  TFDS = "tfds"            # a tensorflow-datasets set prepared in --data_dir
+
+  @property
+  def scanned(self) -> bool:
+    """Whether its classes and split sizes are only known once --data_dir is read (input.sources)."""
+    return self in (Source.IMAGENET, Source.FOLDER, Source.TFDS)
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetInfo:
+  """num_train/num_eval: examples per split; image_shape: (height, width, channels)
+  fed to the model; mean/std: per-channel normalisation of pixels in [0, 1];
+  inception_crop: train on random crops and evaluate on a central crop
+  (input/preprocessing.py), instead of decoding the image as it is."""
+  name: str
+  num_classes: int
+  image_shape: tuple[int, int, int]
+  num_train: int
+  num_eval: int
+  mean: tuple[float, ...]
+  std: tuple[float, ...]
+  on_disk: bool
+  inception_crop: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  model_dir: str
+  epochs: float
+  max_steps: int
+  seed: int
+  log_every: int
+  checkpoint_every: int
+  keep_checkpoints: int
+  threads: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  dataset: DatasetInfo   # for a scanned source, ILSVRC-2012's until input.sources reads the files
+  source: Source
+  tfds_name: str         # the <name> of tfds:<name>, else ''
+  image_size: int        # side of the square images the model sees (ImageNet-like sources)
+  skip_corrupt: bool     # skip (and count) damaged images and records instead of stopping
+  data_dir: str          # '' for in-memory data sets
+  create_data_dir: bool  # the default place may be created; a --data_dir given must exist
+  batch_size: int        # per rank: the BatchNorm batch (Goyal et al.)
+  global_batch: int      # batch_size * ranks: what the LR scales with
+  eval_batch_size: int   # per rank
+  shuffle_buffer: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  name: str
+  zero_init_residual: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+  optimizer: str
+  base_lr: float        # per 256 images (Goyal et al.'s linear scaling rule)
+  momentum: float
+  weight_decay: float
+  warmup_epochs: float
+  warmup_start_lr: float
+  lr_schedule: str
+  decay_epochs: tuple[float, ...]
+  lars_eta: float
+  label_smoothing: float
+  no_decay_on_bias_bn: bool
+  precision: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CommConfig:
+  allreduce: str = "horovod"
+  fusion_threshold_mb: float = 32.0  # bucket size of flat/hier/hybrid, MB (2^20 bytes)
+  compression: str = "none"          # dtype on the wire: none | fp16
+  ranks_per_node: int = 0            # 0: the hosts' own layout
+  hybrid_cost: str = "probe"         # probe | ALPHA_INTRA_US,GBPS_INTRA,ALPHA_INTER_US,GBPS_INTER[,mpi|ring]
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultConfig:
+  stall_timeout: float    # seconds without progress before the job is ended (0: never)
+  max_skipped_steps: int  # fp16: overflow-skipped steps in a row that count as divergence
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  """Every setting of a run. world is the comm.topology.World it was validated
+  against (not imported: comm sits above this floor)."""
+  run: RunConfig
+  data: DataConfig
+  model: ModelConfig
+  optim: OptimConfig
+  comm: CommConfig
+  faults: FaultConfig
+  world: object
+
+  def to_json(self) -> dict:
+    """Plain dict of every setting, for config.json and summaries."""
+    return dataclasses.asdict(self)

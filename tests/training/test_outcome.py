@@ -1,0 +1,21 @@
+"""training/outcome.py: the run's verdict after a step, as a table."""
+import pytest
+
+from training import outcome
+from training.outcome import DIVERGED, OK, STOPPED
+
+
+@pytest.mark.parametrize("finite, stop, skipped, fp16, want", [
+    (True, 0, 0, False, (OK, 0)),
+    (True, 15, 0, False, (STOPPED, 0)),            # a stop after a good step: checkpoint and stop
+    (False, 0, 0, False, (DIVERGED, 1)),           # fp32/bf16: one non-finite step is divergence
+    (False, 15, 0, False, (DIVERGED, 1)),          # divergence wins over a stop request
+    (False, 0, 0, True, (OK, 1)),                  # fp16: an overflow lowers the scale and goes on
+    (False, 0, 8, True, (OK, 9)),
+    (False, 0, 9, True, (DIVERGED, 10)),           # the 10th in a row: the scale cannot recover
+    (True, 0, 9, True, (OK, 0)),                   # a finite step resets the count
+    (False, 10, 3, True, (STOPPED, 4)),            # fp16 skip + stop: weights unchanged, so resumable
+])
+def test_after_step(finite, stop, skipped, fp16, want):
+  verdict = outcome.after_step(finite, stop, skipped, fp16, max_skipped=10)
+  assert (verdict.status, verdict.skipped) == want

@@ -1,0 +1,60 @@
+"""training/step.py on one process: the update applies when finite, is skipped everywhere when
+not (fp32 too), the stop code comes back, and the eval step counts top-1 and top-5 hits."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from optimizers import precision
+from training import step as step_lib
+
+
+def tiny():
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8)])
+  optimizer = keras.optimizers.SGD(0.0)
+  optimizer.build(model.trainable_variables)
+  return model, optimizer
+
+
+def weights(model):
+  return [v.numpy().copy() for v in model.trainable_variables]
+
+
+@pytest.mark.parametrize("precision_name", ["fp32", "fp16"])
+def test_a_finite_step_applies_and_a_non_finite_one_is_skipped(precision_name):
+  model, optimizer = tiny()
+  train_step = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision(precision_name),
+                                        num_classes=8)
+  images, labels = tf.ones([2, 4]), tf.constant([1, 2])
+  before = weights(model)
+  loss, correct, finite, stop = train_step(images, labels, tf.constant(0.1))
+  assert bool(finite) and int(stop) == 0 and np.isfinite(float(loss)) and 0 <= float(correct) <= 2
+  after = weights(model)
+  assert any(not np.array_equal(a, b) for a, b in zip(before, after))
+  _, _, finite, stop = train_step(images * np.nan, labels, tf.constant(0.1), tf.constant(10))
+  assert not bool(finite) and int(stop) == 10
+  for a, b in zip(after, weights(model)):
+    np.testing.assert_array_equal(a, b)  # no NaN reached the weights
+
+
+def test_agree_decides_for_every_rank():
+  # agree is the max over ranks: here a stand-in for a peer whose loss was NaN.
+  model, optimizer = tiny()
+  peer_nan = lambda codes: tf.maximum(codes, tf.constant([0, 1]))
+  train_step = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"),
+                                        num_classes=8, agree=peer_nan)
+  before = weights(model)
+  _, _, finite, _ = train_step(tf.ones([2, 4]), tf.constant([1, 2]), tf.constant(0.1))
+  assert not bool(finite)
+  for a, b in zip(before, weights(model)):
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("labels, top1, top5", [([0, 7], 2, 2), ([3, 1], 0, 1), ([6, 6], 0, 1)])
+def test_eval_step_counts_top1_and_top5_hits(labels, top1, top5):
+  # Row 1 ranks class 0 first, then 1, 2, 3, 4 (its top-5), 5, 6, 7; row 2 the other way round.
+  logits = tf.constant([[8., 7., 6., 5., 4., 3., 2., 1.], [1., 2., 3., 4., 5., 6., 7., 8.]])
+  model = lambda images, training: logits
+  loss_sum, hits1, hits5, count = step_lib.make_eval_step(model)(tf.zeros([2, 1]), tf.constant(labels)).numpy()
+  assert (hits1, hits5, count) == (top1, top5, 2) and loss_sum > 0

@@ -1,0 +1,80 @@
+"""training/watchdog.py: the stall limit and the culprits as tables; the thread ending a hung
+process with one line."""
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import REPO, _env
+from training import outcome, watchdog
+
+
+@pytest.mark.parametrize("floor, steps, first_time, want", [
+    (300, [], True, 600),                   # the first step (or evaluation): twice the floor
+    (10, [0.1], True, watchdog.STARTUP_SECONDS),
+    (300, [0.1] * 10, False, 300),          # fast steps: the floor
+    (300, [20.0, 30.0, 25.0], False, 500),  # slow steps: 20 typical steps
+    (0.5, [1.0], False, 20.0),
+])
+def test_stall_limit(floor, steps, first_time, want):
+  assert watchdog.stall_limit(floor, steps, first_time) == want
+
+
+def beat(step, phase, age, progress_age=None, host="h2", pid=42):
+  now = 1000.0
+  return {"host": host, "pid": pid, "step": step, "phase": phase, "beat_time": now - age,
+          "progress_time": now - (progress_age if progress_age is not None else age)}
+
+
+@pytest.mark.parametrize("beats, own_step, want", [
+    ({1: beat(57, "step", 1.0)}, 57, []),                                      # waiting with us: fine
+    ({1: beat(57, "step", 60.0)}, 57, ["rank 1 on h2 (pid 42) last heard 60 s ago at step 57 (step): "
+                                       "stopped or dead"]),
+    ({1: beat(56, "input", 1.0, 70.0)}, 57, ["rank 1 on h2 (pid 42) is at step 56 (input), no progress "
+                                              "for 70 s"]),
+    ({1: None}, 57, ["rank(s) 1: no heartbeat visible (is --model_dir on a filesystem every host shares?)"]),
+    ({1: beat(57, "step", 1.0), 2: beat(50, "step", 30.0, host="h3", pid=7), 3: None}, 57,
+     ["rank 2 on h3 (pid 7) last heard 30 s ago at step 50 (step): stopped or dead",
+      "rank(s) 3: no heartbeat visible (is --model_dir on a filesystem every host shares?)"]),
+])
+def test_culprits(beats, own_step, want):
+  assert watchdog.culprits(beats, 1000.0, own_step) == want
+
+
+
+
+WATCHED = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {repo!r})
+    from training import watchdog
+    watchdog.STARTUP_SECONDS = 0.5
+    dog = watchdog.Watchdog(rank=0, size=2, floor_seconds=0.5, directory={beats!r},
+                            newest_checkpoint=lambda: "runs/x/ckpt-40")
+    dog.start()
+    for step in (1, 2, 3):
+      dog.mark("step")
+      time.sleep(0.05)
+      dog.progress(step)
+    dog.mark("step")
+    time.sleep(30)  # step 4 hangs
+""")
+
+
+def test_the_watchdog_ends_a_hung_process_with_one_line(tmp_path):
+  beats = tmp_path / "beats"
+  beats.mkdir()
+  # A stopped peer: its heartbeat stopped a minute ago at step 3.
+  (beats / "rank-1.json").write_text(
+      '{"rank": 1, "host": "h2", "pid": 42, "step": 3, "phase": "step", "progress_time": %f, '
+      '"beat_time": %f}' % (time.time() - 60, time.time() - 60))
+  script = tmp_path / "hang.py"
+  script.write_text(WATCHED.format(repo=REPO, beats=str(beats)))
+  proc = subprocess.run([sys.executable, str(script)], env=_env(), capture_output=True, text=True, timeout=60)
+  assert proc.returncode == outcome.STALLED, proc.stderr
+  (line,) = proc.stderr.strip().splitlines()
+  assert line.startswith("stalled: rank 0 on ") and "after step 3 (step)" in line, line
+  assert "rank 1 on h2 (pid 42) last heard" in line and "stopped or dead" in line, line
+  assert "(newest checkpoint runs/x/ckpt-40)" in line and "exit 4" in line, line
+  assert (beats / "rank-0.json").exists()
