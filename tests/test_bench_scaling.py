@@ -5,10 +5,11 @@ import dataclasses
 
 import pytest
 
-from bench.scaling import calibrate, replay, report, settings, simulate, timing
+from bench.scaling import calibrate, driver, replay, report, settings, simulate, timing
 from comm import cost_model
 from comm.cost_model import CostModel, Link
 from comm.topology import World
+from flags.errors import ConfigError
 
 MB = 1 << 20
 # 1 GB/s per rank in the node, 0.1 GB/s per host link (as tests/test_cost_model.py).
@@ -124,11 +125,11 @@ def test_simulate_small_cluster():
 
 def test_hybrid_cost_from_a_calibration_parses_back():
   cal = {"flat": "mpi", "intra": {"alpha_us": 300.0, "gbps": 5.0}, "inter": {"alpha_us": 0.2, "gbps": None}}
-  spec = calibrate.hybrid_cost({"calibration": cal})
+  spec = driver.hybrid_cost({"calibration": cal})
   assert spec == "300,5,1,1,mpi"  # alpha at least 1 us, a missing bandwidth 1 GB/s
   model = cost_model.parse(spec)
   assert model.intra.gbps == pytest.approx(5) and model.flat == "mpi"
-  assert calibrate.hybrid_cost(None) == ""
+  assert driver.hybrid_cost(None) == ""
 
 
 def test_hybrid_gaps():
@@ -200,6 +201,11 @@ def test_settings_from_args(overrides, launches, sizes, variants, models):
     s.repeats = 1
 
 
+def test_only_a_launch_that_exists():
+  with pytest.raises(ConfigError, match="--only=2x2,3x3 names no launch 3x3"):
+    settings.Settings.from_args(args(only="2x2,3x3"))
+
+
 @pytest.mark.parametrize("overrides, want", [
     ({}, ["--repeats=12", "--train_steps=3"]),
     ({"repeats": 1, "train_steps": 1, "quick": True}, ["--repeats=1", "--train_steps=1", "--quick"]),
@@ -254,3 +260,19 @@ def test_bench_step_is_train_py_default_optimizer():
   from bench.train_step import default_optim
   config = default_optim()
   assert (config.optimizer, config.momentum, config.weight_decay, config.precision) == ("sgd", 0.9, 5e-4, "fp32")
+
+
+@pytest.mark.parametrize("name, cost, np_, hosts, flags", [
+    ("2x2", "", "4", "imcb-h1:2,imcb-h2:2", ["--comm", "--training"]),
+    ("1x4", "", "4", "imcb-h1:4", ["--comm"]),
+    ("2x1", "300,1,300,0.1,mpi", "2", "imcb-h1:1,imcb-h2:1", ["--training", "--hybrid_cost=300,1,300,0.1,mpi"]),
+])
+def test_launch_command(name, cost, np_, hosts, flags):
+  s = settings.Settings.from_args(args(quick=True, repeats=1))
+  launch = next(l for l in settings.LAUNCHES if l.name == name)
+  cmd = driver.launch_command(launch, s, "/tmp/out.json", cost)
+  assert cmd[:2] == ["run", "env"]
+  assert cmd[cmd.index("-np") + 1] == np_ and cmd[cmd.index("-H") + 1] == hosts
+  worker = cmd[cmd.index("-m") + 1:]  # every rank: python -m bench.scaling --worker, the settings carried
+  assert worker[:2] == ["bench.scaling", "--worker"] and "--out=/tmp/out.json" in worker
+  assert worker[-len(flags):] == flags and s.worker_args() == worker[5:5 + len(s.worker_args())]

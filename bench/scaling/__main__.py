@@ -8,6 +8,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import bench.scaling  # noqa: E402
 from bench.scaling.settings import IFACE, RESULTS, Settings  # noqa: E402
+from flags.errors import ConfigError  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -56,7 +57,10 @@ def rewrite_report(settings) -> None:
 
 def main(argv=None) -> None:
   args = parse_args(argv)
-  settings = Settings.from_args(args)
+  try:
+    settings = Settings.from_args(args)
+  except ConfigError as e:  # before the cluster comes up
+    sys.exit(f"bench-scaling: {e}")
   if args.worker:
     from bench.scaling import worker  # TensorFlow and Horovod: in the ranks only
     worker.run(args, settings)

@@ -128,14 +128,3 @@ def fitted(hvd, world, times: dict, sizes, label: str, launch: str) -> tuple[Cos
   model = model_from(pts, world, hvd.gloo_enabled())
   return model, summary(model, pts, world)
 
-
-def hybrid_cost(two_by_two) -> str:
-  """--hybrid_cost for the training launches from the 2x2 calibration ('' without one).
-
-  GBPS_INTER is per host link, as the calibration fits it."""
-  if not two_by_two or "calibration" not in two_by_two:
-    return ""
-  cal = two_by_two["calibration"]
-  numbers = (max(cal["intra"]["alpha_us"], 1), cal["intra"]["gbps"] or 1,
-             max(cal["inter"]["alpha_us"], 1), cal["inter"]["gbps"] or 1)
-  return ",".join([f"{x:.6g}" for x in numbers] + [cal.get("flat", "mpi")])

@@ -7,7 +7,7 @@ import sys
 import tempfile
 import time
 
-from bench.scaling import calibrate, report, simulate
+from bench.scaling import report, simulate
 from bench.scaling.settings import (CLUSTER, HOROVOD_FUSION_MB, HOSTS, IFACE, LAUNCH_TIMEOUT_S, MALLOC_ENV, MB,
                                     REPO, SUBNET, THRESHOLD_MB)
 
@@ -22,32 +22,44 @@ def cluster(*args, check=True, timeout=120, capture=True):
     return subprocess.CompletedProcess(args, 124, "", f"timed out after {timeout} s")
 
 
-def launch_command(launch, settings, out: str, hybrid_cost: str) -> list[str]:
+def launch_command(launch, settings, out: str, cost: str) -> list[str]:
   """cluster.sh's `run` arguments for one launch: mpirun over its hosts, each rank
   `python -m bench.scaling --worker`."""
   host_list = ",".join(f"{CLUSTER}-h{i + 1}:{launch.per_host}" for i in range(launch.hosts))
   # mpirun, not horovodrun: horovodrun's interface check fails inside a namespace when every
-  # host is local. hier adds its process sets after hvd.init (comm/hierarchical.py).
+  # host is local. hier adds its process sets after hvd.init (comm.init makes them dynamic).
   # mpi_yield_when_idle: the emulated hosts' ranks share 2 cores, which Open MPI cannot see
   # from -H's slots, so it polls without yielding and each waiting rank holds a core: one
   # 1 MB grouped allreduce on 4 ranks took 36 ms so (and a flat exchange of the same 1 MB
   # 52 ms, the bias that left the model 20-30% low on 1x4), 4 ms yielding (both alike).
-  cmd = ["run", "env", f"HOROVOD_FUSION_THRESHOLD={int(HOROVOD_FUSION_MB * MB)}",
-         "HOROVOD_DYNAMIC_PROCESS_SETS=1", f"PYTHONPATH={REPO}", *(f"{k}={v}" for k, v in MALLOC_ENV.items()),
+  # PYTHONPATH: each rank runs `python -m bench.scaling` wherever the cluster's shell starts it.
+  cmd = ["run", "env", f"HOROVOD_FUSION_THRESHOLD={int(HOROVOD_FUSION_MB * MB)}", f"PYTHONPATH={REPO}",
+         *(f"{k}={v}" for k, v in MALLOC_ENV.items()),
          "mpirun", "-np", str(launch.hosts * launch.per_host), "-H", host_list, "--bind-to", "none",
          "--map-by", "slot", "--mca", "mpi_yield_when_idle", "1",
          "--tag-output", "-x", "PATH", "-x", "PYTHONPATH", "-x", "TF_CPP_MIN_LOG_LEVEL",
-         "-x", "HOROVOD_FUSION_THRESHOLD", "-x", "HOROVOD_DYNAMIC_PROCESS_SETS",
-         *(x for k in MALLOC_ENV for x in ("-x", k)),
+         "-x", "HOROVOD_FUSION_THRESHOLD", *(x for k in MALLOC_ENV for x in ("-x", k)),
          sys.executable, "-m", "bench.scaling", "--worker", f"--launch={launch.name}", f"--out={out}",
          f"--iface={IFACE}", *settings.worker_args()]
   cmd += ["--comm"] if launch.comm else []
   cmd += ["--training"] if launch.training else []
-  cmd += [f"--hybrid_cost={hybrid_cost}"] if hybrid_cost else []
+  cmd += [f"--hybrid_cost={cost}"] if cost else []
   return cmd
 
 
-def run_launch(launch, settings, workdir: str, hybrid_cost: str):
+def hybrid_cost(two_by_two) -> str:
+  """--hybrid_cost for the training launches from the 2x2 calibration ('' without one).
+
+  GBPS_INTER is per host link, as the calibration fits it."""
+  if not two_by_two or "calibration" not in two_by_two:
+    return ""
+  cal = two_by_two["calibration"]
+  numbers = (max(cal["intra"]["alpha_us"], 1), cal["intra"]["gbps"] or 1,
+             max(cal["inter"]["alpha_us"], 1), cal["inter"]["gbps"] or 1)
+  return ",".join([f"{x:.6g}" for x in numbers] + [cal.get("flat", "mpi")])
+
+
+def run_launch(launch, settings, workdir: str, cost: str):
   """What rank 0 of the launch wrote, or None when the launch failed or timed out."""
   out = os.path.join(workdir, f"{launch.name}.json")
   start = time.time()
@@ -55,7 +67,7 @@ def run_launch(launch, settings, workdir: str, hybrid_cost: str):
         file=sys.stderr, flush=True)
   # --full moves AlexNet's 244 MB over the shaped links too: its 2x2 and 4x1 launches
   # passed 540 s in the one --full run tried (before the launches yielded).
-  proc = cluster(*launch_command(launch, settings, out, hybrid_cost), check=False,
+  proc = cluster(*launch_command(launch, settings, out, cost), check=False,
                  timeout=LAUNCH_TIMEOUT_S * (3 if settings.full else 1), capture=False)
   print(f"launch {launch.name}: exit {proc.returncode} in {time.time() - start:.0f} s",
         file=sys.stderr, flush=True)
@@ -79,7 +91,7 @@ def run(settings) -> None:
   try:
     with tempfile.TemporaryDirectory() as workdir:
       for launch in settings.launches:
-        cost = calibrate.hybrid_cost(launches.get("2x2"))
+        cost = hybrid_cost(launches.get("2x2"))
         launches[launch.name] = run_launch(launch, settings, workdir, cost)
   finally:
     cluster("down", check=False)

@@ -3,6 +3,8 @@ frozen set of sizes, launches and repeats that the command line selects (one obj
 import dataclasses
 import os
 
+from flags.errors import ConfigError
+
 KB, MB = 1 << 10, 1 << 20
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(REPO, "results")
@@ -84,7 +86,8 @@ class Settings:
   @classmethod
   def from_args(cls, args) -> "Settings":
     """--full adds sizes, AlexNet, 4x1 and every training variant; --quick shrinks every axis
-    to a smoke run (numbers meaningless); --only keeps the named launches."""
+    to a smoke run (numbers meaningless); --only keeps the named launches (ConfigError for a
+    name that is none)."""
     base = cls(rate=args.rate, repeats=args.repeats, train_steps=args.train_steps, full=args.full,
                quick=args.quick, out_dir=args.out_dir)
     changes = {}
@@ -95,6 +98,10 @@ class Settings:
       changes.update(sizes=(1 * MB,), gradient_sets=(), train_models=TRAIN_MODELS[:1],
                      calibration_sizes=(1 * MB, 4 * MB), plan_repeats=1)
     only = tuple(args.only.split(",")) if args.only else ()
+    unknown = [name for name in only if name not in {l.name for l in LAUNCHES}]
+    if unknown:
+      raise ConfigError(f"--only={args.only} names no launch {','.join(unknown)}; choose among "
+                        f"{','.join(l.name for l in LAUNCHES)}, e.g. --only=2x2.")
     if only:
       changes.update(launches=tuple(l for l in LAUNCHES if l.name in only), only=only)
     return dataclasses.replace(base, **changes)
