@@ -74,8 +74,8 @@ bench-comm: ops  ## allreduce algorithms (horovod, flat, hier, hybrid, mpi4py fl
 	$(PY) bench/bench_comm.py $(ARGS)
 
 .PHONY: bench-scaling
-bench-scaling: ops  ## on an emulated 4-host cluster (root): cost model calibrated and checked, flat/hier/hybrid/horovod, training efficiency, simulation to 2,048 ranks; writes results/bench_scaling.json, scaling.md, scaling_*.png
-	$(PY) bench/bench_scaling.py $(ARGS)
+bench-scaling: ops  ## on an emulated 4-host cluster (root): cost model calibrated and checked, flat/hier/hybrid/horovod, training efficiency, simulation to 2,048 ranks; writes results/bench_scaling.json, scaling.md, scaling_*.png (ARGS="--quick --only=2x2 --repeats=1 --train_steps=1 --out_dir=/tmp/s": a smoke run)
+	$(PY) -m bench.scaling $(ARGS)
 
 .PHONY: faults
 faults: ops  ## every fault (signals to the launcher and to ranks, a stopped rank, divergence, damaged checkpoints, a full disk) against real launches; writes results/faults.{md,json}

@@ -12,7 +12,8 @@ Per launch (ranks, ranks per node, controller MPI or Gloo), rank 0 records
   sweep      one buffer of 4 KB ... 256 MB, per algorithm: horovod (hvd.allreduce),
              hier (comm/hierarchical.py), and the engine's floor: mpi4py's
              Allreduce of the same numpy buffer (MPI launches only);
-  overlap    (-np 2 MPI only) how much exchange time a training step hides.
+  overlap    (-np 2 MPI only) how much exchange time train.py's own training
+             step (training/step.py) hides.
 Times are medians over repeats after a warm-up; algorithms take turns within
 each repeat so that load from other processes hits them alike. algbw =
 bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests' allreduce convention).
@@ -30,6 +31,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from bench.train_step import NOTE  # noqa: E402
 from progress import emit  # noqa: E402
 
 KB, MB = 1 << 10, 1 << 20
@@ -149,40 +151,48 @@ def worker(args):
     overlap(args, world, hvd, exchanges)
 
 
+def held(grads):
+  """The gradients, each released only once all of them exist: an exchange of these starts after backward."""
+  import tensorflow as tf
+  with tf.control_dependencies(grads):
+    return [tf.identity(g) for g in grads]
+
+
 def overlap(args, world, hvd, exchanges):
   """How much of the exchange a training step hides (Goyal et al.: allreduce as gradients appear).
 
   ResNet-50 at 64x64, batch 4 per rank (so compute is short enough to time
-  on a busy CPU; the gradients are the full 25.6 M). Times: compute (the step
-  with no exchange), exchange alone, the step with the exchange free to start
-  per bucket ("as ready"), and the step with every collective held until all
-  gradients exist ("after backward"). hidden = (compute + exchange - step) / exchange.
+  on a busy CPU; the gradients are the full 25.6 M). The step is train.py's own
+  (training/step.py, with train.py's default optimizer), so every time includes
+  the update. Times: compute (the step with an identity exchange), exchange
+  alone, the step with the exchange free to start per bucket ("as ready"), and
+  the step with every collective held until all gradients exist ("after
+  backward": the same step, its exchange given held(grads)).
+  hidden = (compute + exchange - step) / exchange.
   """
   import keras
   import tensorflow as tf
 
+  from bench.train_step import default_optimizer
   from comm.exchange import make_gradient_exchange
   from flags.config import CommConfig
   from models import build_model
+  from optimizers import precision
+  from training.step import make_train_step
 
   keras.utils.set_random_seed(0)
   net = build_model("resnet50", 1000, (64, 64, 3))
+  optimizer = default_optimizer(net)
+  loss_scale = precision.for_precision("fp32")
   images = tf.random.uniform([4, 64, 64, 3])
   labels = tf.zeros([4], tf.int32)
-  loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+  lr = tf.constant(0.001)  # noise images: a small LR keeps the timed steps finite
+  if world.is_chief:
+    say(f"OVERLAP step: {NOTE}")
 
-  def step_fn(exchange, after_backward):
-    @tf.function
-    def step():
-      with tf.GradientTape() as tape:
-        loss = loss_fn(labels, net(images, training=True))
-      grads = tape.gradient(loss, net.trainable_variables)
-      if after_backward:
-        with tf.control_dependencies(grads):
-          grads = [tf.identity(g) for g in grads]
-      grads = exchange(grads) if exchange else grads
-      return tf.add_n([tf.reduce_sum(g) for g in grads])
-    return lambda: step().numpy()
+  def step_fn(exchange):
+    step = make_train_step(net, optimizer, exchange, loss_scale, num_classes=1000)
+    return lambda: step(images, labels, lr)[0].numpy()  # the update runs before the step returns
 
   rows = []
   grads = [tf.ones(v.shape) for v in net.trainable_variables]
@@ -190,13 +200,15 @@ def overlap(args, world, hvd, exchanges):
                        ("flat 32MB", CommConfig("flat", 32.0))]:
     exchange = make_gradient_exchange(hvd, config, world)
     alone = tf.function(exchange)
-    t = timed_rounds({"compute": step_fn(None, False), "exchange": lambda: [g.numpy() for g in alone(grads)],
-                      "as ready": step_fn(exchange, False), "after backward": step_fn(exchange, True)}, 3, hvd)
+    t = timed_rounds({"compute": step_fn(lambda g: g), "exchange": lambda: [g.numpy() for g in alone(grads)],
+                      "as ready": step_fn(exchange), "after backward": step_fn(lambda g, e=exchange: e(held(g)))},
+                     3, hvd)
     for variant in ("as ready", "after backward"):
       hidden = (t["compute"] + t["exchange"] - t[variant]) / t["exchange"]
       row = {"kind": "overlap", "algorithm": name, "variant": variant, "controller": "gloo" if args.gloo else "mpi",
              "ranks": world.size, "ranks_per_node": world.local_size, "compute_s": t["compute"],
-             "exchange_s": t["exchange"], "step_s": t[variant], "hidden_fraction": hidden}
+             "exchange_s": t["exchange"], "step_s": t[variant], "hidden_fraction": hidden,
+             "train_step": "training/step.py"}
       rows.append(row)
       if world.is_chief:
         with open(args.out + ".overlap", "w") as fh:
@@ -239,20 +251,29 @@ def plot(rows, path):
   fig.savefig(path, dpi=110)
 
 
+def saved_records(path: str) -> list[dict]:
+  """The records of an earlier run written to path ([] when there is none)."""
+  if not os.path.exists(path):
+    return []
+  with open(path) as fh:
+    return json.load(fh)["records"]
+
+
 def driver(args):
-  os.makedirs(os.path.join(REPO, "results"), exist_ok=True)
+  os.makedirs(args.out_dir, exist_ok=True)
+  json_path = os.path.join(args.out_dir, "bench_comm.json")
   env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
   rows, started = [], time.time()
   launches = LAUNCHES
   if args.only:
     launches = [tuple(int(x) for x in args.only.split(","))]
-    with open(os.path.join(REPO, "results", "bench_comm.json")) as fh:  # replace that launch's records
-      rows = [r for r in json.load(fh)["records"] if r["kind"] not in args.modes or
-              (r["ranks"], r["ranks_per_node"] if r["ranks_per_node"] != r["ranks"] else 0,
-               int(r["controller"] == "gloo")) != launches[0]]
+    # Replace that launch's records of those modes, keep the rest of the earlier run.
+    rows = [r for r in saved_records(json_path) if r["kind"] not in args.modes or
+            (r["ranks"], r["ranks_per_node"] if r["ranks_per_node"] != r["ranks"] else 0,
+             int(r["controller"] == "gloo")) != launches[0]]
   for np_, rpn, gloo in launches:
     gloo = bool(gloo)
-    part = os.path.join(REPO, "results", f".bench_comm-{np_}-{rpn}-{int(gloo)}.json")
+    part = os.path.join(args.out_dir, f".bench_comm-{np_}-{rpn}-{int(gloo)}.json")
     modes = args.modes if args.only else "sweep,gradients" + (",overlap" if (np_, gloo) == (2, False) else "")
     cmd = ["horovodrun", "-np", str(np_), "-H", f"localhost:{np_}", *(["--gloo"] if gloo else []),
            sys.executable, os.path.abspath(__file__), "--worker", f"--ranks_per_node={rpn}",
@@ -279,11 +300,16 @@ def driver(args):
         with open(path) as fh:
           rows += json.load(fh)
         os.remove(path)
-  with open(os.path.join(REPO, "results", "bench_comm.json"), "w") as fh:
+  overlap = [r for r in rows if r["kind"] == "overlap"]
+  with open(json_path, "w") as fh:
     json.dump({"machine": f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end",
-               "threshold_mb": THRESHOLD_MB, "wall_seconds": round(time.time() - started), "records": rows}, fh, indent=1)
-  plot(rows, os.path.join(REPO, "results", "bench_comm.png"))
-  print(f"wrote results/bench_comm.json ({len(rows)} records) and results/bench_comm.png "
+               "threshold_mb": THRESHOLD_MB, "wall_seconds": round(time.time() - started),
+               # Only when every overlap record timed train.py's step (--only keeps older runs' records).
+               **({"train_step": f"overlap: {NOTE}"} if overlap and all("train_step" in r for r in overlap)
+                  else {}),
+               "records": rows}, fh, indent=1)
+  plot(rows, os.path.join(args.out_dir, "bench_comm.png"))
+  print(f"wrote {json_path} ({len(rows)} records) and bench_comm.png beside it "
         f"in {time.time() - started:.0f} s", flush=True)
 
 
@@ -296,7 +322,10 @@ def main():
   parser.add_argument("--only", default="", help="(driver) rerun one launch NP,RANKS_PER_NODE,GLOO "
                       "(e.g. 4,2,0) for --modes and replace those records in results/bench_comm.json")
   parser.add_argument("--budget_s", type=float, default=0, help="(driver, with --only) its time limit")
-  parser.add_argument("--out", default=os.path.join(REPO, "results", "bench_comm.json"))
+  parser.add_argument("--out", default="", help="(worker) the file rank 0 writes its records to")
+  parser.add_argument("--out_dir", default=os.path.join(REPO, "results"),
+                      help="(driver) where bench_comm.json and bench_comm.png go; with --only, the records "
+                      "kept are read from there")
   args = parser.parse_args()
   worker(args) if args.worker else driver(args)
 

@@ -220,6 +220,9 @@ def main() -> None:
                 f"repeatedly; batch {args.batch_size} per rank of {IMAGE_SIZE}x{IMAGE_SIZE}x3 float32 normalised; "
                 f"{cores} cores; tensorflow {tf.__version__}; medians of {args.repeats} alternating runs of "
                 f"{args.seconds:.0f} s"),
+      # What is timed, in the words the other benchmarks' reports use for their steps.
+      "train_step": ("none timed: the pipeline is input.pipeline's training path, the batches train.py "
+                     "reads; bench-scaling and bench-comm time train.py's own step (training/step.py)"),
       "cores": cores, "repeats": args.repeats, "load_average_1min": round(os.getloadavg()[0], 2),
       "full_decode_images_per_sec_per_thread": round(med["full"], 1),
       "decode_crop_resize_images_per_sec_per_thread": round(med["fused"], 1),

@@ -45,7 +45,7 @@ runs at its slowest edge, so (CostModel.flat = "ring"):
 
 e.g. 1.5 n per host link on 2 x 2 against hier's n. The probe picks "ring"
 under Gloo; --hybrid_cost takes it as an optional fifth field. The simulation
-of bench/bench_scaling.py keeps its own ring with a latency per ring step.
+of bench/scaling/simulate.py keeps its own ring with a latency per ring step.
 
 alpha is the latency of one collective call, not of one ring step: on
 Horovod each call pays its engine's negotiation and cycle (hundreds of
