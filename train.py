@@ -44,6 +44,7 @@ from input import pipeline  # noqa: E402
 from models import build_model  # noqa: E402
 from optimizers import build_optimizer, precision, schedules  # noqa: E402
 from progress import Progress, emit, logger, write_json_atomic  # noqa: E402
+from training import checkpoints  # noqa: E402
 from training import step as step_lib  # noqa: E402
 
 flags.define_flags()
@@ -118,20 +119,33 @@ def main(argv):
   # ----------------------------------------------------------- checkpoint --
   # The step lives in the checkpoint, so a restarted run continues the same
   # LR schedule and the same data order. Rank 0 restores, then broadcasts.
+  # training/checkpoints.py: saves are atomic, a damaged newest checkpoint is set
+  # aside for the one before it, and weights holding inf/NaN are never saved.
   step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
   checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
   manager = None
   if world.is_chief:
-    manager = tf.train.CheckpointManager(checkpoint, config.run.model_dir,
-                                         max_to_keep=config.run.keep_checkpoints)
-    if manager.latest_checkpoint:
-      checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-      log("resumed from %s at step %d", manager.latest_checkpoint, int(step_var))
+    manager = checkpoints.Checkpoints(checkpoint, config.run.model_dir, config.run.keep_checkpoints, log)
+    try:
+      if manager.restore_newest() is not None:
+        log("resumed from %s at step %d", manager.newest, int(step_var))
+    except checkpoints.CheckpointError as e:
+      fail(str(e))
     write_json_atomic(os.path.join(config.run.model_dir, flags.CONFIG_FILE),
                       {"identity": flags.checkpoint_identity(config), "config": config.to_json()})
   # Horovod: identical initial weights, BN statistics, optimizer slots and step everywhere.
   sync.broadcast_state(model.variables + optimizer.variables + [step_var], hvd)
   start_step = int(step_var)
+
+  def save_checkpoint(step):
+    """Rank 0: a failed save (disk full, inf/NaN weights) ends the run with one sentence.
+
+    Exit status 2 on rank 0 makes mpirun end the other ranks, waiting in the next collective.
+    """
+    try:
+      manager.save(step)
+    except checkpoints.CheckpointError as e:
+      fail(str(e))
 
   # ---------------------------------------------------- communication + step --
   exchange = make_gradient_exchange(config.comm, hvd, world, log)  # hybrid probes the links here
@@ -169,13 +183,13 @@ def main(argv):
       step_var.assign(step)
       progress.step(step, batch_loss, correct, lr)
       if manager and config.run.checkpoint_every and step % config.run.checkpoint_every == 0:
-        manager.save(checkpoint_number=step)
+        save_checkpoint(step)
         progress.resume()
     if step % steps_per_epoch == 0 or step == last_step:
       top1, loss = evaluate()
       progress.epoch_end(step, top1, loss)
       if manager:
-        manager.save(checkpoint_number=step)
+        save_checkpoint(step)
       progress.resume()
   if top1 is None and start_step == last_step:  # nothing left to train: still report
     top1, loss = evaluate()
