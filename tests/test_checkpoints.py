@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO, _env, horovodrun
-from training.checkpoints import CheckpointError, Checkpoints, NonFiniteWeights, short_reason
+from training.checkpoints import CheckpointError, Checkpoints, NonFiniteWeights, damaged_name, short_reason
 
 DATA = "data-00000-of-00001"
 
@@ -93,6 +93,16 @@ def test_short_reason_of_an_os_error():
   assert short_reason(OSError(28, "No space left on device")) == "No space left on device"
 
 
+@pytest.mark.parametrize("taken, name", [
+    ([], "ckpt-40.damaged"),
+    (["ckpt-40.index", "ckpt-4.damaged.index"], "ckpt-40.damaged"),
+    (["ckpt-40.damaged.index"], "ckpt-40.damaged2"),
+    (["ckpt-40.damaged.data-00000-of-00001", "ckpt-40.damaged2.index"], "ckpt-40.damaged3"),
+])
+def test_damaged_name(taken, name):
+  assert damaged_name(taken, "ckpt-40") == name
+
+
 def truncate_data(d):
   path = d / f"ckpt-40.{DATA}"
   os.truncate(path, os.path.getsize(path) // 2)
@@ -147,6 +157,31 @@ def test_nothing_readable_is_a_fresh_start_with_a_line(tmp_path):
   assert tf.train.latest_checkpoint(str(tmp_path)) is None
   step, _, lines = restart(tmp_path / "absent")
   assert (step, lines) == (None, [])
+
+
+def test_what_an_interrupted_save_left_is_removed_with_a_line(tmp_path):
+  saved(tmp_path, [10, 20])
+  (tmp_path / "ckpt-30.saving" / "ckpt-30_temp").mkdir(parents=True)
+  (tmp_path / "ckpt-30.saving" / "ckpt-30_temp" / "part-00000-of-00001.index").write_bytes(b"x")
+  (tmp_path / "ckpt-30_temp").mkdir()  # TF's own, from a save before this module
+  (tmp_path / f"ckpt-30.{DATA}").write_bytes(b"data renamed in, index not yet")
+  (tmp_path / "checkpoint.tmp0123abcd").write_text("half a state file")
+  step, restored, lines = restart(tmp_path)
+  assert (step, restored) == (20, {20.0})
+  assert lines == ["removed what an interrupted checkpoint save left: checkpoint.tmp0123abcd, "
+                   f"ckpt-30.{DATA}, ckpt-30.saving, ckpt-30_temp"], lines
+  assert sorted(os.listdir(tmp_path)) == ["checkpoint", f"ckpt-10.{DATA}", "ckpt-10.index",
+                                          f"ckpt-20.{DATA}", "ckpt-20.index"]
+
+
+@pytest.mark.parametrize("width", [16, None], ids=["other shapes", "other variables"])
+def test_a_checkpoint_of_another_model_is_one_sentence(tmp_path, width):
+  saved(tmp_path, [10] if width else [], width=8)
+  if width is None:
+    Checkpoints(tf.train.Checkpoint(step=tf.Variable(3, dtype=tf.int64)), str(tmp_path), 2, Lines()).save(10)
+  with pytest.raises(CheckpointError, match=r"ckpt-10 holds other variables than this model \(.+\); use a new"):
+    restart(tmp_path, width=width or 8)
+  assert os.path.exists(tmp_path / "ckpt-10.index")  # not damaged: left as it is
 
 
 def test_keep_and_the_state_file(tmp_path):
@@ -217,9 +252,9 @@ def test_a_full_disk_is_one_sentence_and_keeps_the_earlier_checkpoints(tmpfs):
   with pytest.raises(CheckpointError) as error:
     checkpoints.save(20)
   message = str(error.value)
-  assert re.fullmatch(rf"cannot save checkpoint ckpt-20 in {re.escape(str(directory))} \(.*No space left "
-                      r"on device\): it needs about [\d,]+ bytes and [\d,]+ are free there; .*restart\.",
-                      message), message
+  assert re.fullmatch(rf"cannot save checkpoint ckpt-20 in {re.escape(str(directory))} \(No space left on "
+                      r"device\): it needs about [\d,]+ bytes and [\d,]+ are free there; the earlier "
+                      r"checkpoints are intact, .*restart\.", message), message
   needed, free = (int(x.replace(",", "")) for x in re.findall(r"([\d,]+) (?:bytes|are free)", message))
   assert needed == sum(v.numpy().nbytes for v in variables) + 8  # + the checkpoint's int64 save_counter
   assert free < needed
@@ -232,7 +267,7 @@ def test_an_unwritable_directory_is_one_sentence(tmpfs, tmp_path):
   checkpoints, _ = saved(directory, [10], width=WIDTH)
   before = snapshot(directory)
   remount_readonly(directory)
-  with pytest.raises(CheckpointError, match=r"\(.*Read-only file system\): it needs about"):
+  with pytest.raises(CheckpointError, match=r"\(Read-only file system\): it needs about"):
     checkpoints.save(20)
   assert snapshot(directory) == before
   assert restart(directory, width=WIDTH)[:2] == (10, {10.0})
@@ -241,7 +276,8 @@ def test_an_unwritable_directory_is_one_sentence(tmpfs, tmp_path):
 def test_a_file_in_place_of_the_directory_is_one_sentence(tmp_path):
   (tmp_path / "runs").write_text("not a directory")
   checkpoint, _ = state()
-  with pytest.raises(CheckpointError, match=rf"in {re.escape(str(tmp_path / 'runs'))} \("):
+  runs = re.escape(str(tmp_path / "runs"))
+  with pytest.raises(CheckpointError, match=rf"in {runs} \(.*\): .*; nothing was written, so"):
     Checkpoints(checkpoint, str(tmp_path / "runs"), 2, Lines()).save(10)
   assert os.listdir(tmp_path) == ["runs"]
 
@@ -303,15 +339,15 @@ def test_a_kill_at_any_moment_of_a_save_leaves_a_directory_a_restart_accepts(tmp
 
 @pytest.mark.multiprocess
 def test_train_resumes_past_a_truncated_newest_checkpoint_on_two_ranks(tmp_path):
-  args = ("python", "train.py", f"--model_dir={tmp_path}", "--max_steps=10", "--checkpoint_every=5",
-          "--log_every=5", "--batch_size=32")
-  horovodrun(2, *args, check=True, timeout=300)
-  path = tmp_path / f"ckpt-10.{DATA}"
+  args = ("python", "train.py", f"--model_dir={tmp_path}", "--max_steps=4", "--checkpoint_every=2",
+          "--log_every=2", "--batch_size=16")
+  horovodrun(2, *args, check=True, timeout=600)
+  path = tmp_path / f"ckpt-4.{DATA}"
   os.truncate(path, os.path.getsize(path) // 2)
-  second = horovodrun(2, *args, check=True, timeout=300)
-  lines = re.findall(r"checkpoint ckpt-10 is unreadable .*", second.stderr)
-  assert len(lines) == 1 and lines[0].endswith("; kept as ckpt-10.damaged.*; resuming from ckpt-5"), lines
-  assert re.search(r"resumed from .*ckpt-5 at step 5\b", second.stderr), second.stderr[-3000:]
-  assert re.search(r"training steps 5\.\.10\b", second.stderr)
+  second = horovodrun(2, *args, check=True, timeout=600)
+  lines = re.findall(r"checkpoint ckpt-4 is unreadable .*", second.stderr)
+  assert len(lines) == 1 and lines[0].endswith("; kept as ckpt-4.damaged.*; resuming from ckpt-2"), lines
+  assert re.search(r"resumed from .*ckpt-2 at step 2\b", second.stderr), second.stderr[-3000:]
+  assert re.search(r"training steps 2\.\.4\b", second.stderr)
   assert "Traceback" not in second.stderr
-  assert (tmp_path / f"ckpt-10.damaged.{DATA}").exists() and (tmp_path / "ckpt-10.index").exists()
+  assert (tmp_path / f"ckpt-4.damaged.{DATA}").exists() and (tmp_path / "ckpt-4.index").exists()

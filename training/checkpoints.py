@@ -9,14 +9,16 @@ from tf.train.CheckpointManager, and why:
   index beside whole data; a failed write leaves ckpt-N_temp/ behind (seen on a full 64 KiB
   tmpfs). Here TF writes into ckpt-N.saving/, its data files are renamed into the directory and
   the index last: an index in the directory is always whole, and it is the index that makes
-  ckpt-N exist. The state file (written atomically by TF) is updated after that.
+  ckpt-N exist. The state file is updated after that, atomically (tmp file + rename).
 - Restoring. The candidates are the ckpt-N.index files on disk, newest first: a kill between
   the index's rename and the state file's update loses nothing. A candidate is read in full
   (every tensor, each checked against its CRC32C) before anything is assigned, so variables are
   never left half-assigned from a damaged checkpoint, even when none is readable. A damaged one
   is renamed ckpt-N.damaged.* (no longer a candidate, kept for a post-mortem) and the next tried.
+  What a kill leaves (staging dirs, data without its index) is removed, with a line.
   No fsync: damage from a crash of the machine is caught the same way at the next restore.
 """
+import itertools
 import os
 import re
 import shutil
@@ -59,14 +61,12 @@ def short_reason(error: Exception) -> str:
   return text if len(text) <= 120 else text[:117] + "..."
 
 
-def damaged_name(directory: str, name: str) -> str:
-  """The first free 'ckpt-N.damaged', 'ckpt-N.damaged2', ... prefix for the files of `name`."""
-  taken = set(os.listdir(directory))
-  for i in range(1, 1000):
+def damaged_name(taken, name: str) -> str:
+  """The first of 'ckpt-N.damaged', 'ckpt-N.damaged2', ... that no file name in `taken` starts."""
+  for i in itertools.count(1):
     candidate = f"{name}.damaged{'' if i == 1 else i}"
     if not any(f.startswith(candidate + ".") for f in taken):
       return candidate
-  raise CheckpointError(f"{directory} holds 999 damaged copies of {name}; remove some of them.")
 
 
 def _variables_of(checkpoint) -> list:
@@ -168,14 +168,14 @@ class Checkpoints:
       try:
         self._read_fully(self._path(name))
       except (tf.errors.OpError, IndexError, ValueError, OSError) as e:
-        kept = damaged_name(self.directory, name)
+        kept = damaged_name(os.listdir(self.directory), name)
         for f in self._files_of(name):
           os.replace(self._path(f), self._path(kept + f[len(name):]))
         damaged.append((name, short_reason(e), kept))
         continue
       try:
         self.checkpoint.restore(self._path(name)).assert_existing_objects_matched()
-      except AssertionError as e:
+      except (AssertionError, ValueError) as e:  # a readable checkpoint of another model
         raise CheckpointError(f"checkpoint {self._path(name)} holds other variables than this model "
                               f"({short_reason(e)}); use a new directory for this run.") from None
       restored = number
@@ -199,9 +199,10 @@ class Checkpoints:
     bad = [v for v in variables if tf.as_dtype(v.dtype).is_floating
            and not bool(tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(v))))]
     if bad:
-      kept = f"{self.newest} stays the newest good checkpoint" if self.newest else "no checkpoint was written"
+      kept = f"{self.newest} stays the newest good checkpoint" if self.newest else "nothing was written"
+      example = getattr(bad[0], "path", bad[0].name)
       raise NonFiniteWeights(f"weights at step {step} hold inf or NaN ({len(bad)} of {len(variables)} "
-                             f"variables, e.g. {getattr(bad[0], 'path', bad[0].name)}); not saved, so {kept}.")
+                             f"variables, e.g. {example}); not saved, so {kept}.")
     name = f"{PREFIX}-{step}"
     staging = self._path(f"{name}.saving")
     moved = []
@@ -220,17 +221,20 @@ class Checkpoints:
       self._undo(staging, moved)
       needed = _nbytes(_variables_of(self.checkpoint))
       free = _free_bytes(self.directory)
+      reason = short_reason(e).rsplit("; ", 1)[-1]  # the file it names is TF's temp file: noise here
+      kept = "the earlier checkpoints are intact" if self._on_disk() else "nothing was written"
       raise CheckpointError(
-          f"cannot save checkpoint {name} in {self.directory} ({short_reason(e)}): it needs about "
-          f"{needed:,} bytes and {free:,} are free there; the earlier checkpoints are intact, "
-          "so free some space (or make the directory writable) and restart.") from None
+          f"cannot save checkpoint {name} in {self.directory} ({reason}): it needs about {needed:,} "
+          f"bytes and {free:,} are free there; {kept}, so free some space (or make the directory "
+          "writable) and restart.") from None
     self.newest = self._path(name)
     self._sweep()
     return self.newest
 
   def _undo(self, staging: str, moved: list[str]) -> None:
     """Remove every file of a failed save (best effort: the disk may still be full or read-only)."""
-    leftovers = [f for f in os.listdir(self.directory) if _LEFTOVER.match(f)] if os.path.isdir(self.directory) else []
+    found = os.listdir(self.directory) if os.path.isdir(self.directory) else []
+    leftovers = [f for f in found if _LEFTOVER.match(f)]
     for f in list(reversed(moved)) + leftovers:  # the index first, so no whole-looking checkpoint remains
       _remove(self._path(f))
     _remove(staging)
