@@ -46,7 +46,7 @@ from input import pipeline  # noqa: E402
 from models import build_model  # noqa: E402
 from optimizers import build_optimizer, precision, schedules  # noqa: E402
 from progress import Progress, emit, logger, write_json_atomic  # noqa: E402
-from training import outcome, signals, watchdog as watchdog_lib  # noqa: E402
+from training import checkpoints, outcome, signals, watchdog as watchdog_lib  # noqa: E402
 from training import step as step_lib  # noqa: E402
 
 flags.define_flags()
@@ -98,7 +98,7 @@ def main(argv):
     fail(problem)
   # A rank that stops making progress ends the job with a line naming it (training/watchdog.py).
   watchdog = watchdog_lib.Watchdog(world.rank, world.size, config.faults.stall_timeout, heartbeats,
-                                   newest_checkpoint=lambda: manager and manager.latest_checkpoint)
+                                   newest_checkpoint=lambda: manager and manager.newest)
   watchdog.start()
   # Our lines on rank 0 only; TensorFlow's INFO chatter (one per checkpoint save) off.
   logging.set_verbosity(logging.WARNING)
@@ -144,15 +144,18 @@ def main(argv):
   # ----------------------------------------------------------- checkpoint --
   # The step lives in the checkpoint, so a restarted run continues the same
   # LR schedule and the same data order. Rank 0 restores, then broadcasts.
+  # training/checkpoints.py: saves are atomic, a damaged newest checkpoint is set
+  # aside for the one before it, and weights holding inf/NaN are never saved.
   step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
   checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
   manager = None  # rank 0's; the watchdog's line names its newest checkpoint
   if world.is_chief:
-    manager = tf.train.CheckpointManager(checkpoint, config.run.model_dir,
-                                         max_to_keep=config.run.keep_checkpoints)
-    if manager.latest_checkpoint:
-      checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-      log("resumed from %s at step %d", manager.latest_checkpoint, int(step_var))
+    manager = checkpoints.Checkpoints(checkpoint, config.run.model_dir, config.run.keep_checkpoints, log)
+    try:
+      if manager.restore_newest() is not None:
+        log("resumed from %s at step %d", manager.newest, int(step_var))
+    except checkpoints.CheckpointError as e:
+      fail(str(e))
     write_json_atomic(os.path.join(config.run.model_dir, flags.CONFIG_FILE),
                       {"identity": flags.checkpoint_identity(config), "config": config.to_json()})
   # Horovod: identical initial weights, BN statistics, optimizer slots and step everywhere.
@@ -186,10 +189,17 @@ def main(argv):
   progress = Progress(world.is_chief, config.data.global_batch, config.data.batch_size,
                       start_step, last_step, steps_per_epoch, config.run.log_every, writer)
   def save(step):
-    """Rank 0 checkpoints at this step (a no-op elsewhere, or where one exists already)."""
-    if manager and manager.latest_checkpoint != os.path.join(config.run.model_dir, f"ckpt-{step}"):
+    """Rank 0 checkpoints at this step (a no-op elsewhere, or where one exists already).
+
+    A failed save (disk full, inf/NaN weights) ends the run with one sentence; exit status 2
+    on rank 0 makes mpirun end the other ranks, waiting in the next collective.
+    """
+    if manager and manager.newest != os.path.join(config.run.model_dir, f"ckpt-{step}"):
       watchdog.mark("checkpoint")
-      manager.save(checkpoint_number=step)
+      try:
+        manager.save(step)
+      except checkpoints.CheckpointError as e:
+        fail(str(e))
       watchdog.progress(step, "checkpoint", timed=False)
     progress.resume()
 
@@ -226,13 +236,13 @@ def main(argv):
       save(step)
       stop_line = (f"stopped: {stop_request.reason or signals.name(int(stop)) + ' on another rank'} at "
                    f"step {step} (epoch {step / steps_per_epoch:.2f}); checkpoint "
-                   f"{manager.latest_checkpoint if manager else 'written by rank 0'}; run the same command "
+                   f"{manager.newest if manager else 'written by rank 0'}; run the same command "
                    f"to resume (exit {outcome.STOPPED})")
     elif verdict.status == outcome.DIVERGED:
       skipped = f", {verdict.skipped} overflow-skipped steps in a row" if verdict.skipped > 1 else ""
       stop_line = (f"diverged: non-finite loss or gradient at step {step + 1} (lr {lr:.5g}{skipped}); the "
                    "update was not applied and no checkpoint is written; newest good checkpoint "
-                   f"{(manager and manager.latest_checkpoint) or 'none'}; lower --base_lr or lengthen "
+                   f"{(manager and manager.newest) or 'none'}; lower --base_lr or lengthen "
                    f"--warmup_epochs (exit {outcome.DIVERGED})")
     elif step % steps_per_epoch == 0 or step == last_step:
       top1, loss = evaluate()
