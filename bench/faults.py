@@ -236,6 +236,8 @@ class Fault:
   extra_env: dict = dataclasses.field(default_factory=dict)
   at_step: int = FAULT_AT_STEP
   setup: object = None     # callable(model_dir) -> None before the launch (a prior run, a damaged file)
+  before_resume: object = None  # callable(model_dir) -> None before the restart (free the disk)
+  teardown: object = None  # callable(model_dir) -> None at the end, whatever happened
 
 
 def _signal(sig, rank=None):
@@ -271,8 +273,16 @@ def _last_line(job: Job) -> str:
 def run_fault(fault: Fault, workdir: str) -> dict:
   """Launch, fault, measure, relaunch: one row of results/faults.json."""
   model_dir = os.path.join(workdir, fault.name)
-  if fault.setup:
-    fault.setup(model_dir)
+  try:
+    if fault.setup:
+      fault.setup(model_dir)
+    return _run_fault(fault, model_dir)
+  finally:
+    if fault.teardown:
+      fault.teardown(model_dir)
+
+
+def _run_fault(fault: Fault, model_dir: str) -> dict:
   emit(f"faults: {fault.name}: {fault.what} ({_launcher(fault)})")
   with Job(model_dir, *BASE_ARGS, *fault.args, np_=fault.np_, gloo=fault.gloo, extra_env=fault.extra_env) as job:
     at = job.wait_for_step(fault.at_step) if fault.at_step else 0
@@ -289,6 +299,8 @@ def run_fault(fault: Fault, workdir: str) -> dict:
   row["steps_lost"] = max(0, reached - (row["checkpoint_step"] or 0))
   summary = os.path.join(model_dir, "summary.json")
   row["summary_status"] = json.load(open(summary)).get("status") if os.path.exists(summary) else None
+  if fault.before_resume:
+    fault.before_resume(model_dir)
   row.update(resume(fault, model_dir, row["checkpoint_step"]))
   emit(f"faults: {fault.name}: exit {row['exit_status']}, gone in {row['seconds_to_gone']} s, "
        f"{row['processes_left']} left, checkpoint {row['checkpoint_step']} of step {reached}; "
@@ -308,6 +320,38 @@ def resume(fault: Fault, model_dir: str, checkpoint_step: int | None) -> dict:
     found = RESUMED.search(job.stderr())
     return {"resumed_from": int(found.group(1)) if found else None, "resume_exit_status": job.proc.returncode,
             "resume_processes_left": len(left)}
+
+
+def truncate_newest(model_dir: str) -> None:
+  """Cut the newest checkpoint's data file to half its size, as a save killed by a full disk
+  or a copy cut short would leave it."""
+  step = newest_checkpoint(model_dir)
+  data = [f for f in os.listdir(model_dir) if f.startswith(f"ckpt-{step}.data-")]
+  for name in data:
+    path = os.path.join(model_dir, name)
+    os.truncate(path, os.path.getsize(path) // 2)
+
+
+def tmpfs(size: str):
+  """(setup, teardown): model_dir on a tmpfs of this size (root), for a full disk during a save."""
+  def setup(model_dir):
+    os.makedirs(model_dir, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", model_dir], check=True)
+  def teardown(model_dir):
+    subprocess.run(["umount", "-l", model_dir], check=False)
+  return setup, teardown
+
+
+def remount(size: str):
+  """A bigger tmpfs in place (the user freed space), keeping what the run wrote."""
+  return lambda model_dir: subprocess.run(["mount", "-o", f"remount,size={size}", model_dir], check=True)
+
+
+def both(*steps):
+  def run(model_dir):
+    for step in steps:
+      step(model_dir)
+  return run
 
 
 def prior_run(steps: int):
@@ -337,6 +381,10 @@ FAULTS = [
     Fault("sigstop-rank-mpi", "SIGSTOP to rank 1 (a hung GPU or file system)", _signal(signal.SIGSTOP, 1)),
     Fault("sigstop-rank-gloo", "SIGSTOP to rank 1", _signal(signal.SIGSTOP, 1), gloo=True),
     Fault("sigstop-rank0-mpi", "SIGSTOP to rank 0 (the coordinator)", _signal(signal.SIGSTOP, 0)),
+    Fault("truncated-checkpoint", "the newest checkpoint's data cut to half, then the same command",
+          None, args=("--max_steps=45",), at_step=0, setup=both(prior_run(40), truncate_newest)),
+    Fault("disk-full", "--model_dir on a 6 MB tmpfs: the third checkpoint does not fit", None,
+          at_step=0, setup=tmpfs("6m")[0], teardown=tmpfs("6m")[1], before_resume=remount("64m")),
     Fault("diverge-fp32", "--base_lr=1e6, fp32", None, args=("--base_lr=1e6", "--warmup_epochs=0"), at_step=0),
     Fault("diverge-bf16", "--base_lr=1e6, bf16", None,
           args=("--base_lr=1e6", "--warmup_epochs=0", "--precision=bf16"), at_step=0),

@@ -79,12 +79,7 @@ class StopRequest:
     self._done.set()
 
   def _on_signal(self, signum, frame):
-    if self.code:
-      # Second signal: the user does not want to wait for the step and the checkpoint.
-      signal.signal(signum, signal.SIG_DFL)
-      os.kill(os.getpid(), signum)
-      return
-    self.request(signum, f"{name(signum)} received")
+    self.request(signum, f"{name(signum)} received")  # a later signal changes nothing
 
   def _watch(self):
     parent = os.getppid()
