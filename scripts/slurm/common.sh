@@ -62,10 +62,13 @@ echo "job $SLURM_JOB_ID: $SLURM_JOB_NUM_NODES node(s) [$SLURM_JOB_NODELIST], $SL
 echo "tasks: $(srun -l hostname | sort -n | sed 's/: / /' | paste -sd, | sed 's/,/, /g')"
 env | grep '^HOROVOD_' | sort | sed 's/^/  /'
 
-# Signals reaching this shell while the step runs: each is passed on once, as
+# Signals reaching this shell while the step runs are passed on once, as
 # SIGUSR1, to the launcher, which forwards it to every rank (srun and mpirun
 # both forward SIGUSR1; srun answers SIGTERM by SIGKILLing its tasks, and
-# mpirun by aborting the job, so neither may be sent that).
+# mpirun by aborting the job, so neither may be sent that). Under srun only
+# the USR1 notice is: a SIGTERM (scancel, time limit, requeue) reaches every
+# step's tasks from Slurm itself, and a second copy could land while a rank
+# exits, when Python has put back the default action (death).
 STEP_PID=""
 FORWARDED=0
 PREEMPTED=0
@@ -74,6 +77,7 @@ on_signal() {
   INTERRUPTED=1
   [ "$1" = USR1 ] && PREEMPTED=1
   echo "job $SLURM_JOB_ID: SIG$1 at $(date +%T); the ranks finish their step and checkpoint"
+  [ "$1" != USR1 ] && [ "$LAUNCHER" = srun ] && return
   if [ -n "$STEP_PID" ] && (( ! FORWARDED )); then
     FORWARDED=1
     kill -USR1 "$STEP_PID" 2>/dev/null || true

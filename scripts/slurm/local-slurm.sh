@@ -56,12 +56,18 @@ install() {
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
+# Whether PID is still one of the daemons here: a pid file outlives its daemon (a reboot, a kill -9).
+is_daemon() { [[ $(cat "/proc/$1/comm" 2>/dev/null) =~ ^(slurmd|slurmctld|munged)$ ]]; }
+
 prepare() {
   # DIR's layout and munged; prints DIR's absolute path.
-  local dir=$1 p
+  local dir=$1 p f
   [ "$(id -u)" = 0 ] || die "starting Slurm's daemons needs root."
   for p in munged mungekey slurmctld slurmd sbatch; do
     command -v "$p" >/dev/null || die "$p not found; run '$0 install' first."
+  done
+  for f in "$dir/slurmctld.pid" "$dir/munge/munged.pid"; do
+    [ -f "$f" ] && is_daemon "$(cat "$f")" && die "$dir already runs a Slurm ($f); '$0 stop $dir' first."
   done
   mkdir -p "$dir"/{state,spool,log,tmp}
   dir=$(cd "$dir" && pwd)
@@ -87,6 +93,10 @@ write_conf() {
     cat <<EOF
 ClusterName=local
 SlurmctldHost=$controller
+# Job ids that a later start of this Slurm does not hand out again (they count
+# up from the start's second): runs/slurm-<jobid> and slurm-<jobid>.out are
+# then a new job's own, never an old run's to resume or append to.
+FirstJobId=$(( $(date +%s) % 60000000 + 1 ))
 SlurmctldPort=$(free_port)
 SlurmdPort=$(free_port)
 SlurmUser=root
@@ -203,8 +213,7 @@ stop() {
   for f in "$dir"/slurmd*.pid "$dir/slurmctld.pid" "$dir/munge/munged.pid"; do
     [ -f "$f" ] || continue
     pid=$(cat "$f")
-    # A pid file outlives its daemon (a reboot, a kill -9): signal the pid only while it is still that daemon.
-    [[ $(cat "/proc/$pid/comm" 2>/dev/null) =~ ^(slurmd|slurmctld|munged)$ ]] || continue
+    is_daemon "$pid" || continue
     kill "$pid" 2>/dev/null || continue
     for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null || true
