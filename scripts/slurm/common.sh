@@ -12,9 +12,11 @@
 #     to the ranks, and when they exit 75 and the job is requeueable
 #     (`sbatch --requeue`), runs `scontrol requeue`: the job queues again
 #     under the same id, so the same MODEL_DIR, and resumes from the checkpoint.
-#   - scancel: SIGTERM to the ranks and to this shell, SIGKILL after the
-#     cluster's KillWait (30 s on local-slurm.sh's): the ranks' time to finish
-#     a step and checkpoint. The job ends CANCELLED, not requeued.
+#     (`scontrol requeue JOB` from outside does the same with a SIGTERM.)
+#   - scancel: SIGTERM to every step (srun's ranks, mpirun's daemons) and to
+#     this shell, SIGKILL after the cluster's KillWait (30 s on
+#     local-slurm.sh's): the ranks' time to finish a step and checkpoint. The
+#     job ends CANCELLED, not requeued.
 # A preemptible, requeueable job (notice 2 minutes before the time limit):
 #   sbatch --requeue --signal=B:USR1@120 --time=1:00:00 scripts/slurm/cpu_nodes.sbatch
 #

@@ -3,7 +3,7 @@
 # tests/test_slurm.py), every file under DIR, nothing in /etc/slurm or the
 # system's munge touched. Two shapes:
 #
-#   scripts/slurm/local-slurm.sh install        # Debian: slurmctld slurmd slurm-client munge (root)
+#   scripts/slurm/local-slurm.sh install        # Debian: slurmctld slurmd slurm-client munge libpmix-dev (root)
 #
 #   # one node: munged, slurmctld and slurmd on this host
 #   scripts/slurm/local-slurm.sh start DIR      # prints: export SLURM_CONF=DIR/slurm.conf
@@ -14,6 +14,7 @@
 #   scripts/slurm/local-slurm.sh start-cluster DIR [HOSTS]
 #   SLURM_CONF=DIR/slurm.conf scripts/cluster/cluster.sh run \
 #       sbatch -N 2 --ntasks-per-node=1 --cpus-per-task=1 scripts/slurm/cpu_nodes.sbatch --max_steps=10
+#   # (with LAUNCHER=mpirun add BIND_TO=none: every host's "core 0" is this machine's core 0)
 #
 #   scripts/slurm/local-slurm.sh stop DIR       # every daemon it started (and the cluster, if it did)
 #
@@ -30,7 +31,9 @@
 # a file under DIR, which every namespace sees (they share the filesystem).
 set -euo pipefail
 
-PACKAGES="slurmctld slurmd slurm-client munge"
+# libpmix-dev: Slurm's mpi/pmix plugin (srun --mpi=pmix) dlopens pmix2/lib/libpmix.so, the
+# unversioned name only the -dev package ships (libpmix2 has libpmix.so.2).
+PACKAGES="slurmctld slurmd slurm-client munge libpmix-dev"
 HERE=$(cd "$(dirname "$0")" && pwd)
 CLUSTER_SH=$HERE/../cluster/cluster.sh
 NSRSH=$HERE/../cluster/nsrsh
