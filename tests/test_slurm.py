@@ -186,7 +186,7 @@ class Job:
   """A job cpu_nodes.sbatch runs on the 2 hosts, 1 rank each; cancelled on exit if still there."""
 
   def __init__(self, cluster, tmp_path, digits_dir, *train_flags, sbatch=(), **env):
-    self.env, self.directory, _ = cluster
+    self.env = cluster[0]
     self.model_dir = str(tmp_path / "model")
     self.env = dict(self.env, PYTHON=sys.executable, MODEL_DIR=self.model_dir, **env)
     self.out_pattern = str(tmp_path / "job-%j.out")
@@ -217,7 +217,8 @@ def checkpoints(model_dir):
 
 
 def assert_ranks_on_both_hosts(log, launcher):
-  assert re.search(rf"job \d+: 2 node\(s\) \[{CLUSTER}-h\[1-2\]\], 2 ranks, .* launcher {launcher}", log), log[:2000]
+  header = rf"job \d+: 2 node\(s\) \[{CLUSTER}-h\[1-2\]\], 2 ranks, .* launcher {launcher}"
+  assert re.search(header, log), log[:2000]
   # Slurm's placement of the job's tasks (common.sh), then train.py's view of the ranks.
   assert f"tasks: 0 {HOSTS[0]}, 1 {HOSTS[1]}" in log, log[:2000]
   assert "ranks 2 (1 per node, 2 nodes)" in log, log[:3000]
@@ -264,7 +265,8 @@ def test_two_hosts_one_rank_each(slurm_cluster, tmp_path, digits_dir, launcher):
   assert state[:2] == ("COMPLETED", "0:0"), f"job {job.id}: {state}\n{log[-4000:]}"
   assert_ranks_on_both_hosts(log, launcher)
   if launcher == "mpirun":  # Open MPI's own word on where it started each rank
-    assert re.search(rf"\[{HOSTS[0]}:\d+\] MCW rank 0 ", log) and re.search(rf"\[{HOSTS[1]}:\d+\] MCW rank 1 ", log), log[:3000]
+    for rank, host in enumerate(HOSTS):
+      assert re.search(rf"\[{host}:\d+\] MCW rank {rank} ", log), log[:3000]
   summary = json.loads(re.findall(r"^(\{.*\})$", log, re.M)[-1])
   assert summary["ranks"] == 2 and summary["steps"] == 10 and summary["replicas_identical"] is True, summary
 

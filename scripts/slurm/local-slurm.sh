@@ -3,7 +3,7 @@
 # tests/test_slurm.py), every file under DIR, nothing in /etc/slurm or the
 # system's munge touched. Two shapes:
 #
-#   scripts/slurm/local-slurm.sh install        # Debian: slurmctld slurmd slurm-client munge libpmix-dev (root)
+#   scripts/slurm/local-slurm.sh install        # Debian's slurmctld, slurmd, clients, munge (root)
 #
 #   # one node: munged, slurmctld and slurmd on this host
 #   scripts/slurm/local-slurm.sh start DIR      # prints: export SLURM_CONF=DIR/slurm.conf
@@ -57,7 +57,9 @@ install() {
     || { tail -20 /tmp/local-slurm-apt.log >&2; die "apt-get install$missing failed"; }
 }
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
 
 # Whether PID is still one of the daemons here: a pid file outlives its daemon (a reboot, a kill -9).
 is_daemon() { [[ $(cat "/proc/$1/comm" 2>/dev/null) =~ ^(slurmd|slurmctld|munged)$ ]]; }
@@ -84,7 +86,8 @@ prepare() {
   {
     [ -f "$dir/munge/munge.key" ] || runuser -u munge -- mungekey --create --keyfile="$dir/munge/munge.key"
     runuser -u munge -- munged --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.socket" \
-      --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" --seed-file="$dir/munge/munged.seed"
+      --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" \
+      --seed-file="$dir/munge/munged.seed"
   } >&2
   echo "$dir"
 }
@@ -189,7 +192,8 @@ start_cluster() {
     echo "$CLUSTER" > "$dir/cluster-started"  # stop brings it down again
   fi
   while read -r name addr ns; do names+=("$name"); addrs+=("$addr"); done < "/run/$CLUSTER-cluster/hosts"
-  (( ${#names[@]} >= hosts )) || die "cluster '$CLUSTER' has ${#names[@]} hosts, fewer than $hosts; run 'cluster.sh down' first."
+  (( ${#names[@]} >= hosts )) \
+    || die "cluster '$CLUSTER' has ${#names[@]} hosts, fewer than $hosts; run 'cluster.sh down' first."
   # Every host is this machine: the same CPUs and memory in each.
   shape=$(slurmd -C | head -1 | sed 's/^NodeName=[^ ]* //')
   for i in $(seq 0 $((hosts - 1))); do
@@ -197,7 +201,8 @@ start_cluster() {
     echo "NodeName=${names[i]} NodeAddr=${addrs[i]} $shape State=UNKNOWN"
   done | {
     cat
-    echo "PartitionName=$CLUSTER Nodes=$(IFS=,; echo "${names[*]:0:hosts}") Default=YES MaxTime=INFINITE State=UP"
+    echo "PartitionName=$CLUSTER Nodes=$(IFS=,; echo "${names[*]:0:hosts}") Default=YES" \
+         "MaxTime=INFINITE State=UP"
   } | write_conf "$dir" "${names[0]}(${addrs[0]})"
   export SLURM_CONF=$dir/slurm.conf
   # nsrsh: the host's network namespace, under the host's name (slurmd
@@ -230,7 +235,9 @@ stop() {
 case "${1:-}" in
   install) install ;;
   start) [ $# = 2 ] || die "usage: $0 start DIR"; start "$2" ;;
-  start-cluster) [ $# = 2 ] || [ $# = 3 ] || die "usage: $0 start-cluster DIR [HOSTS]"; start_cluster "$2" "${3:-2}" ;;
+  start-cluster)
+    [ $# = 2 ] || [ $# = 3 ] || die "usage: $0 start-cluster DIR [HOSTS]"
+    start_cluster "$2" "${3:-2}" ;;
   stop) [ $# = 2 ] || die "usage: $0 stop DIR"; stop "$2" ;;
   *) die "usage: $0 install | start DIR | start-cluster DIR [HOSTS] | stop DIR" ;;
 esac
