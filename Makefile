@@ -60,6 +60,22 @@ cluster-status:  ## the emulated hosts and their addresses
 cluster-run:  ## CMD on host imc-h1 with the others reachable, e.g. CMD="horovodrun -np 4 -H imc-h1:2,imc-h2:2 --network-interface imc0 python train.py --max_steps=20"
 	bash scripts/cluster/cluster.sh run bash -c "$$CMD"
 
+# Slurm on the emulated cluster (scripts/slurm/local-slurm.sh; root): slurmctld
+# on imc-h1, a slurmd on each host, its files under SLURM_DIR. slurm-up brings
+# the cluster up when it is down, and slurm-down then brings it down again.
+SLURM_DIR ?= /tmp/imc-slurm
+.PHONY: slurm-up slurm-down slurm-run
+
+slurm-up:  ## Slurm over HOSTS emulated hosts (installs Debian's slurm-wlm and munge when missing)
+	bash scripts/slurm/local-slurm.sh install
+	bash scripts/slurm/local-slurm.sh start-cluster $(SLURM_DIR) $(HOSTS)
+
+slurm-down:  ## stop the daemons slurm-up started (and the cluster, if slurm-up brought it up)
+	bash scripts/slurm/local-slurm.sh stop $(SLURM_DIR)
+
+slurm-run:  ## CMD on imc-h1 against that Slurm, e.g. CMD="sbatch -N 2 --ntasks-per-node=1 --cpus-per-task=1 scripts/slurm/cpu_nodes.sbatch --max_steps=10"
+	SLURM_CONF=$(SLURM_DIR)/slurm.conf bash scripts/cluster/cluster.sh run bash -c "$$CMD"
+
 .PHONY: reproduce
 
 reproduce: ops  ## Goyal-style large-batch experiment on digits (batch 16 vs 256, SGD/warmup/LARS/bf16, 2 seeds); writes results/reproduce.{md,png,json}

@@ -1,5 +1,24 @@
 # Sourced by the sbatch scripts beside it: the repository and its Python,
-# Horovod's environment, and one launch of train.py per Slurm task.
+# Horovod's environment, and one launch of train.py per Slurm task that stops
+# with a checkpoint when Slurm asks it to.
+#
+# Stopping and resuming. train.py's contract: SIGTERM, SIGINT or SIGUSR1
+# reaching any rank makes every rank finish its step; rank 0 writes a
+# checkpoint at that step and prints a line starting "stopped:", and every
+# rank exits 75 (EX_TEMPFAIL: stopped, resumable). The same command with the
+# same --model_dir resumes from it. Under Slurm:
+#   - preemption notice: `#SBATCH --signal=B:USR1@120` (or by hand,
+#     `scancel -b -s USR1 JOB`) signals this shell alone; it passes SIGUSR1 on
+#     to the ranks, and when they exit 75 and the job is requeueable
+#     (`sbatch --requeue`), runs `scontrol requeue`: the job queues again
+#     under the same id, so the same MODEL_DIR, and resumes from the checkpoint.
+#     (`scontrol requeue JOB` from outside does the same with a SIGTERM.)
+#   - scancel: SIGTERM to every step (srun's ranks, mpirun's daemons) and to
+#     this shell, SIGKILL after the cluster's KillWait (30 s on
+#     local-slurm.sh's): the ranks' time to finish a step and checkpoint. The
+#     job ends CANCELLED, not requeued.
+# A preemptible, requeueable job (notice 2 minutes before the time limit):
+#   sbatch --requeue --signal=B:USR1@120 --time=1:00:00 scripts/slurm/cpu_nodes.sbatch
 #
 # Environment a submitter may set (sbatch passes its environment on):
 #   LAUNCHER=srun|mpirun   srun --mpi=pmix (default) or Open MPI's mpirun inside the allocation
@@ -39,26 +58,97 @@ fi
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 
 echo "job $SLURM_JOB_ID: $SLURM_JOB_NUM_NODES node(s) [$SLURM_JOB_NODELIST], $SLURM_NTASKS ranks," \
-     "${SLURM_CPUS_PER_TASK:-1} CPU(s) per rank, launcher $LAUNCHER, model_dir $MODEL_DIR"
+     "${SLURM_CPUS_PER_TASK:-1} CPU(s) per rank, launcher $LAUNCHER, model_dir $MODEL_DIR," \
+     "run ${SLURM_RESTART_COUNT:-0} (requeues so far)"
+# Where Slurm places each task, e.g. "tasks: 0 node1, 1 node2" (a step of its own, well under a second).
+echo "tasks: $(srun -l hostname | sort -n | sed 's/: / /' | paste -sd, | sed 's/,/, /g')"
 env | grep '^HOROVOD_' | sort | sed 's/^/  /'
+
+# Signals reaching this shell while the step runs are passed on once, as
+# SIGUSR1, to the launcher, which forwards it to every rank (srun and mpirun
+# both forward SIGUSR1; srun answers SIGTERM by SIGKILLing its tasks, and
+# mpirun by aborting the job, so neither may be sent that). Under srun only
+# the USR1 notice is: a SIGTERM (scancel, time limit, requeue) reaches every
+# step's tasks from Slurm itself, and a second copy could land while a rank
+# exits, when Python has put back the default action (death).
+STEP_PID=""
+FORWARDED=0
+PREEMPTED=0
+INTERRUPTED=0
+on_signal() {
+  INTERRUPTED=1
+  [ "$1" = USR1 ] && PREEMPTED=1
+  echo "job $SLURM_JOB_ID: SIG$1 at $(date +%T); the ranks finish their step and checkpoint"
+  [ "$1" != USR1 ] && [ "$LAUNCHER" = srun ] && return
+  if [ -n "$STEP_PID" ] && (( ! FORWARDED )); then
+    FORWARDED=1
+    kill -USR1 "$STEP_PID" 2>/dev/null || true
+  fi
+}
+for sig in USR1 TERM INT; do trap "on_signal $sig" "$sig"; done
+
+# The launcher in a session (so a process group) of its own: where Slurm
+# signals a step's whole process group (proctrack/pgid), scancel's SIGTERM
+# then reaches this shell alone, as it does under proctrack/cgroup, which
+# signals only the step's own processes. Waits through trapped signals;
+# returns the launcher's status.
+run_step() {
+  local rc
+  setsid "$@" &
+  STEP_PID=$!
+  while :; do
+    INTERRUPTED=0
+    rc=0
+    wait "$STEP_PID" || rc=$?
+    (( INTERRUPTED )) || break  # a trap ended the wait, not the step: wait again
+  done
+  STEP_PID=""
+  return "$rc"
+}
+
+# After the step: a preempted run that stopped resumable (75) goes back in
+# the queue if the job may be requeued (sbatch --requeue, or the cluster's
+# JobRequeue=1). Exits with the step's status.
+finish() {
+  local rc=$1
+  trap '' USR1 TERM INT  # requeueing ends this run with a SIGTERM: nothing left to pass on
+  if (( PREEMPTED )) && [ "$rc" = 75 ]; then
+    if scontrol show job "$SLURM_JOB_ID" | grep -q '\bRequeue=1\b'; then
+      echo "job $SLURM_JOB_ID: requeued; the next run resumes from $MODEL_DIR"
+      scontrol requeue "$SLURM_JOB_ID"
+    else
+      echo "job $SLURM_JOB_ID: stopped; not requeueable (submit with --requeue), resume by resubmitting" \
+           "with MODEL_DIR=$MODEL_DIR"
+    fi
+  fi
+  exit "$rc"
+}
 
 # train.py once per task; RANK_WRAPPER (set by the GPU scripts) runs before it on each rank.
 launch() {
-  local cmd=(${RANK_WRAPPER:-} "$PYTHON" train.py "--model_dir=$MODEL_DIR" "$@")
+  local cmd=(${RANK_WRAPPER:-} "$PYTHON" train.py "--model_dir=$MODEL_DIR" "$@") rc=0
   case "$LAUNCHER" in
     srun)
-      # PMIx wires up Open MPI's ranks without mpirun; a rank that fails ends the step.
-      srun --mpi=pmix --kill-on-bad-exit=1 "${cmd[@]}" ;;
+      # PMIx wires up Open MPI's ranks without mpirun. A rank that ends ends
+      # the step 60 s later (--wait), not at once (--kill-on-bad-exit): after a
+      # stop the other ranks exit 75 while rank 0 may still be writing the checkpoint.
+      run_step srun --mpi=pmix --kill-on-bad-exit=0 --wait=60 "${cmd[@]}" || rc=$? ;;
     mpirun)
       # Open MPI reads the allocation from Slurm (nodes, slots per node) and
       # starts its daemons with srun. One rank per slot, each bound to
       # --cpus-per-task cores of its own; -x forwards what each rank needs.
+      # A SIGTERM from Slurm reaches mpirun's daemon (orted), which then
+      # stops its ranks with SIGCONT, SIGTERM after this many seconds and
+      # SIGKILL after as many again (Open MPI's default: 1 s each, too short
+      # to checkpoint); 10 + 10 s stays inside KillWait's 30.
+      export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-10}
       local xs=() v
       for v in $(compgen -e); do
         case "$v" in HOROVOD_*|TF_*|NCCL_*|PATH|LD_LIBRARY_PATH|PYTHONPATH) xs+=(-x "$v") ;; esac
       done
-      mpirun -np "$SLURM_NTASKS" --map-by "slot:PE=${SLURM_CPUS_PER_TASK:-1}" \
-        --bind-to "${BIND_TO:-core}" --report-bindings "${xs[@]}" "${cmd[@]}" ;;
+      run_step mpirun -np "$SLURM_NTASKS" --map-by "slot:PE=${SLURM_CPUS_PER_TASK:-1}" \
+        --bind-to "${BIND_TO:-core}" --report-bindings "${xs[@]}" "${cmd[@]}" || rc=$? ;;
     *) echo "error: LAUNCHER=$LAUNCHER; use srun or mpirun." >&2; exit 2 ;;
   esac
+  finish "$rc"
 }
