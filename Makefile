@@ -32,7 +32,7 @@ train: ops  ## ResNet-20 on the digits set, 2 ranks; prints one JSON line, write
 	horovodrun -np $(NP) $(PY) train.py --model_dir=$(MODEL_DIR) $(ARGS)
 
 clean:  ## remove runs and generated data (not .venv)
-	rm -rf runs data/digits results/*.tmp-*
+	rm -rf runs data/digits data/fashion_mnist results/*.tmp-*
 
 # The emulated cluster (scripts/cluster/cluster.sh; root): HOSTS network
 # namespaces with their own addresses in 198.18.0.0/15 and hostnames, joined

@@ -30,7 +30,10 @@ def define() -> None:
   absl_flags.DEFINE_string(
       "dataset", "digits",
       f"Data set: {', '.join(sorted(DATASETS) + list(SCANNED))}. 'digits' is scikit-learn's "
-      "handwritten digits written once as TFRecords; 'synthetic' is a fixed in-memory batch "
+      "handwritten digits written once as TFRecords; 'fashion_mnist' is Zalando's 28x28 grey clothing "
+      "images, 10 classes, 60,000 to train on and its 10,000 test images held out (Debian's "
+      "dataset-fashion-mnist, which make setup installs), written the same way; 'synthetic' is a fixed "
+      "in-memory batch "
       "(no input cost, for benchmarks); 'imagenet' reads TFRecords in ImageNet's layout "
       "(train-00000-of-01024 ..., validation-...) from --data_dir; 'folder' reads "
       "--data_dir/train/<wnid>/*.JPEG and val/<wnid>/*.JPEG; 'tfds:<name>' reads a "
@@ -38,7 +41,7 @@ def define() -> None:
   absl_flags.DEFINE_string(
       "data_dir", "",
       "Directory of the data set's files. Empty: the default place for the data set "
-      "(digits: data/digits in the repository, written on first use).")
+      "(digits, fashion_mnist: data/<name> in the repository, written on first use).")
   absl_flags.DEFINE_integer(
       "batch_size", 32, "Images per rank per step (the BatchNorm batch). "
       "The global batch is this times the number of ranks.")
@@ -88,6 +91,9 @@ def fits(info: DatasetInfo, batch_size: int, world: World) -> str | None:
 def check(config: DataConfig, world: World) -> str | None:
   """Read what --data_dir holds (scanned sources) and check the batch against it; a
   sentence naming the flag and the fix, or None. Runs on every rank before training."""
+  if config.source == "fashion_mnist":
+    from input import fashion_mnist
+    return fashion_mnist.check(config.data_dir)
   if config.source not in ("imagenet", "folder", "tfds"):
     return None
   from input import sources  # TensorFlow: imported only when there are files to read

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from comm.topology import World
 from flags.data import DataConfig
-from input import digits, preprocessing, records, sharding, sources
+from input import digits, fashion_mnist, preprocessing, records, sharding, sources
 from progress import emit
 
 
@@ -44,9 +44,11 @@ class Input:
 
 
 def prepare(config: DataConfig, world: World) -> None:
-  """Make the data set's files exist (digits: write them once, on one rank per node)."""
+  """Make the data set's files exist (digits, fashion_mnist: write them once, on one rank per node)."""
   if config.source == "digits" and world.local_rank == 0:
     digits.write(config.data_dir)
+  if config.source == "fashion_mnist" and world.local_rank == 0:
+    fashion_mnist.write(config.data_dir)
 
 
 def build(config: DataConfig, world: World, seed: int, dtype=tf.float32) -> Input:
@@ -207,7 +209,7 @@ def _files(config: DataConfig, world: World, seed: int, source: sources.Source, 
 
     def eval_prepare(encoded, boxes, s):
       return preprocessing.eval_image(encoded, size, info.mean, info.std, dtype)
-  else:  # digits: tiny images, no crops
+  else:  # digits, fashion_mnist: tiny images, no crops
     def train_prepare(encoded, boxes, s):
       return preprocessing.plain_image(encoded, info.image_shape, info.mean, info.std, dtype)
     eval_prepare = train_prepare

@@ -100,7 +100,7 @@ def _tfrecords(config) -> Source:
   if os.path.exists(os.path.join(d, INFO_FILE)):
     with open(os.path.join(d, INFO_FILE)) as fh:
       meta = json.load(fh)
-  if config.source == "digits":
+  if config.source in ("digits", "fashion_mnist"):
     info = dataclasses.replace(config.dataset, num_train=sum(train_counts), num_eval=sum(eval_counts))
   else:
     info = imagenet_like(config.dataset.name, meta.get("num_classes", config.dataset.num_classes),
