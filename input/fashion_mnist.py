@@ -5,6 +5,14 @@ Debian's dataset-fashion-mnist (make setup) ships Zalando's original IDX files:
 are written once into the digits layout (PNG bytes in `image/encoded`, 1-based
 `image/class/label`, input/records.py), so the run goes through the same
 file-based input path as ImageNet; the official test split is the held-out set.
+Images go to the model as they are, like digits (no flip or pad-and-crop: whether
+either helps was not measured here, so neither is on by default).
+
+Reading the records rather than the arrays in memory costs nothing that shows:
+on 1 rank with 2 threads the TFRecord pipeline (PNG decode) gave 5,900-7,300
+images/s at batch 32-256 and the in-memory arrays 13,800-18,900, both far above
+the ~100 images/s ResNet-20 trains at (1 rank, batch 32, 2 shared cores).
+Writing the records once: 18-19 s.
 """
 import gzip
 import os
