@@ -39,7 +39,7 @@ docs:  ## rewrite docs/flags.md from the flag definitions in flags/ (scripts/fla
 	$(PY) scripts/flag_table.py
 
 clean:  ## remove runs and generated data (not .venv)
-	rm -rf runs data/digits results/*.tmp-*
+	rm -rf runs data/digits data/fashion_mnist results/*.tmp-*
 
 # The emulated cluster (scripts/cluster/cluster.sh; root): HOSTS network
 # namespaces with their own addresses in 198.18.0.0/15 and hostnames, joined

@@ -6,8 +6,9 @@ ImageNet's folder (train/<wnid>/, val/<wnid>/) and convert that to TFRecords.
 """
 import os
 
-SAMPLE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          "..", "shared", "data", "imagenet-sample")
+# IMAGENET_SAMPLE_DIR: where they are when shared/ is not beside the repository (a git worktree).
+SAMPLE_DIR = os.environ.get("IMAGENET_SAMPLE_DIR") or os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data", "imagenet-sample")
 
 
 def sample_files(sample_dir: str = SAMPLE_DIR) -> list[str]:

@@ -26,6 +26,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 class Source(enum.StrEnum):
   """Where the examples come from. A StrEnum, so config.json holds the plain name."""
   DIGITS = "digits"        # scikit-learn's digits, written once as TFRecords
+  FASHION_MNIST = "fashion_mnist"  # Debian's Fashion-MNIST IDX files, written once as TFRecords
   SYNTHETIC = "synthetic"  # a fixed in-memory batch
   IMAGENET = "imagenet"    # TFRecords in ImageNet's layout in --data_dir
   FOLDER = "folder"        # train/<wnid>/*.JPEG and val/<wnid>/*.JPEG in --data_dir

@@ -6,7 +6,7 @@ from absl import flags as absl_flags
 
 from comm.topology import World
 from flags.config import ConfigError, DataConfig, DatasetInfo, Source
-from input import sources
+from input import fashion_mnist, sources
 from input.datasets import DATASETS, IMAGENET
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -19,7 +19,10 @@ def define() -> None:
   absl_flags.DEFINE_string(
       "dataset", "digits",
       f"Data set: {', '.join(CHOICES)}. 'digits' is scikit-learn's "
-      "handwritten digits written once as TFRecords; 'synthetic' is a fixed in-memory batch "
+      "handwritten digits written once as TFRecords; 'fashion_mnist' is Zalando's 28x28 grey clothing "
+      "images, 10 classes, 60,000 to train on and its 10,000 test images held out (Debian's "
+      "dataset-fashion-mnist, which make setup installs), written the same way; 'synthetic' is a fixed "
+      "in-memory batch "
       "(no input cost, for benchmarks); 'imagenet' reads TFRecords in ImageNet's layout "
       "(train-00000-of-01024 ..., validation-...) from --data_dir; 'folder' reads "
       "--data_dir/train/<wnid>/*.JPEG and val/<wnid>/*.JPEG; 'tfds:<name>' reads a "
@@ -27,7 +30,7 @@ def define() -> None:
   absl_flags.DEFINE_string(
       "data_dir", "",
       "Directory of the data set's files. Empty: the default place for the data set "
-      "(digits: data/digits in the repository, written on first use).")
+      "(digits, fashion_mnist: data/<name> in the repository, written on first use).")
   absl_flags.DEFINE_integer(
       "batch_size", 32, "Images per rank per step (the BatchNorm batch). "
       "The global batch is this times the number of ranks.")
@@ -80,6 +83,8 @@ def check(config: DataConfig, world: World) -> tuple[str | None, sources.Scanned
   batch against it. problem: a sentence naming the flag and the fix, or None;
   scanned: the files found, for input.pipeline.build (None for the other sources,
   or with a problem). Runs on every rank before training."""
+  if config.source is Source.FASHION_MNIST:
+    return fashion_mnist.check(config.data_dir), None
   if not config.source.scanned:
     return None, None
   try:

@@ -13,6 +13,13 @@ DIGITS = DatasetInfo(name="digits", num_classes=10, image_shape=(8, 8, 1),
                      num_train=1497, num_eval=300, mean=(0.306,), std=(0.376,),
                      on_disk=True)
 
+# Zalando's Fashion-MNIST (Xiao et al. 2017, Debian's dataset-fashion-mnist): 70,000 real 28x28
+# grey images of 10 kinds of clothing; the held-out split is its official test set. mean/std:
+# numpy over the 60,000 training images scaled to [0, 1] (0.28604, 0.35302).
+FASHION_MNIST = DatasetInfo(name="fashion_mnist", num_classes=10, image_shape=(28, 28, 1),
+                            num_train=60_000, num_eval=10_000, mean=(0.286,), std=(0.353,),
+                            on_disk=True)
+
 # A fixed random batch held in memory: measures the model and the allreduce,
 # never the input. Split sizes are ImageNet's so epochs mean the same thing.
 SYNTHETIC = DatasetInfo(name="synthetic", num_classes=1000, image_shape=(224, 224, 3),
@@ -23,7 +30,7 @@ SYNTHETIC = DatasetInfo(name="synthetic", num_classes=1000, image_shape=(224, 22
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
-DATASETS = {d.name: d for d in (DIGITS, SYNTHETIC)}
+DATASETS = {d.name: d for d in (DIGITS, FASHION_MNIST, SYNTHETIC)}
 
 # Sources read from --data_dir whose classes and sizes are found there
 # (input/sources.py); until then they are described as ILSVRC-2012.

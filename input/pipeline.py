@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from comm.topology import World
 from flags.config import DataConfig, DatasetInfo, Source
-from input import digits, preprocessing, records, sharding, sources
+from input import digits, fashion_mnist, preprocessing, records, sharding, sources
 from progress import emit
 
 
@@ -51,9 +51,11 @@ class Input(abc.ABC):
 
 
 def prepare(config: DataConfig, world: World) -> None:
-  """Make the data set's files exist (digits: write them once, on one rank per node)."""
+  """Make the data set's files exist (digits, fashion_mnist: write them once, on one rank per node)."""
   if config.source is Source.DIGITS and world.local_rank == 0:
     digits.write(config.data_dir)
+  if config.source is Source.FASHION_MNIST and world.local_rank == 0:
+    fashion_mnist.write(config.data_dir)
 
 
 def build(config: DataConfig, world: World, seed: int, dtype=tf.float32,
@@ -227,7 +229,7 @@ class _Files(Input):
     info = self.info
     if info.inception_crop:
       return preprocessing.train_image(encoded, boxes, s, info.image_shape[0], info.mean, info.std, self.dtype)
-    # digits: tiny images, no crops
+    # digits, fashion_mnist: tiny images, no crops
     return preprocessing.plain_image(encoded, info.image_shape, info.mean, info.std, self.dtype)
 
   def eval_prepare(self, encoded, boxes, s):

@@ -100,7 +100,7 @@ def _tfrecords(config) -> Scanned:
   if os.path.exists(os.path.join(d, INFO_FILE)):
     with open(os.path.join(d, INFO_FILE)) as fh:
       meta = json.load(fh)
-  if config.source is Source.DIGITS:
+  if config.source in (Source.DIGITS, Source.FASHION_MNIST):
     info = dataclasses.replace(config.dataset, num_train=sum(train_counts), num_eval=sum(eval_counts))
   else:
     info = imagenet_like(config.dataset.name, meta.get("num_classes", config.dataset.num_classes),

@@ -15,7 +15,9 @@ VENV=.venv
 PY=$VENV/bin/python
 HOROVOD_VERSION=0.28.1
 STAMP=$VENV/.setup-stamp
-APT_PACKAGES="openmpi-bin libopenmpi-dev cmake g++ make libhighwayhash-dev libfarmhash-dev"
+# dataset-fashion-mnist: Fashion-MNIST's original IDX files in /usr/share/datasets/fashion-mnist
+# (--dataset=fashion_mnist, input/fashion_mnist.py).
+APT_PACKAGES="openmpi-bin libopenmpi-dev cmake g++ make libhighwayhash-dev libfarmhash-dev dataset-fashion-mnist"
 GPU=${GPU:-0}
 REQUIREMENTS=requirements.txt
 [ "$GPU" = 1 ] && REQUIREMENTS=requirements-gpu.txt
