@@ -87,10 +87,10 @@ def main(argv):
   threads = config.run.threads or world.threads_per_rank()
   tf.config.threading.set_intra_op_parallelism_threads(threads)
   tf.config.threading.set_inter_op_parallelism_threads(2)
-  # Paths can differ between hosts: gather every rank's verdict so all stop together.
   heartbeats = os.path.join(config.run.model_dir, "heartbeats")
   if world.is_chief:  # a previous run's heartbeats would name ranks of another job
     shutil.rmtree(heartbeats, ignore_errors=True)
+  # Paths can differ between hosts: gather every rank's verdict so all stop together.
   # scanned: what --data_dir holds, read once here and handed to the pipeline.
   problem, scanned = flags.check_paths(config)
   problem = sync.first_error(hvd, problem)

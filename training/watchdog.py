@@ -169,7 +169,10 @@ class Watchdog:
   def _fire(self, idle: float, limit: float) -> None:
     named = culprits(self._read(), time.time(), self.step)
     who = "; ".join(named) if named else "no other rank looks stuck: this rank's own step hung"
-    newest = self.newest_checkpoint()
+    try:
+      newest = self.newest_checkpoint()
+    except Exception:  # noqa: BLE001  (a hang before the checkpoints exist: the line must still come)
+      newest = None
     resume = f"resume with the same command (newest checkpoint {newest})" if newest else \
         "resume with the same command"
     sys.stderr.write(f"stalled: rank {self.rank} on {self.host} saw no progress for {idle:.0f} s "
