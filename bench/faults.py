@@ -35,7 +35,7 @@ PYTHON = sys.executable
 
 from progress import emit, write_json_atomic  # noqa: E402
 STEP_LINE = re.compile(r"step +(\d+)/\d+")
-USER_LINE = re.compile(r"^(?:\[\d+,\d+\]<std\w+>:)?((?:stopped|stalled|diverged|error|checkpoint)\b.*)$", re.M)
+USER_LINE = re.compile(r"^(?:\[\d+(?:,\d+)?\]<std\w+>:)?((?:stopped|stalled|diverged|error|checkpoint)\b.*)$", re.M)
 CHECKPOINT = re.compile(r"^ckpt-(\d+)\.index$")
 
 
@@ -128,6 +128,11 @@ class Job:
         raise AssertionError(f"the job ended ({self.proc.returncode}) before step {step}:\n{self.tail()}")
       time.sleep(0.1)
     raise AssertionError(f"no step {step} within {timeout} s:\n{self.tail()}")
+
+  def rank_traceback(self) -> bool:
+    """Whether a rank printed a traceback (the launcher's own lines are not tagged with a rank:
+    horovodrun over Gloo ends with a RuntimeError of its own whenever a rank exits non-zero)."""
+    return bool(re.search(r"^\[\d+(,\d+)?\]<stderr>:Traceback \(most recent call last\)", self.stderr(), re.M))
 
   def user_lines(self) -> list[str]:
     """The lines a user acts on: stopped/stalled/diverged/error/checkpoint ..."""
@@ -267,7 +272,7 @@ def _last_line(job: Job) -> str:
   if lines:
     return lines[-1]
   text = [l for l in job.stderr().splitlines() if l.strip() and not STEP_LINE.search(l)]
-  return re.sub(r"^\[\d+,\d+\]<std\w+>:", "", text[-1]).strip() if text else ""
+  return re.sub(r"^\[\d+(?:,\d+)?\]<std\w+>:", "", text[-1]).strip() if text else ""
 
 
 def run_fault(fault: Fault, workdir: str) -> dict:
@@ -294,7 +299,7 @@ def _run_fault(fault: Fault, model_dir: str) -> dict:
            "seconds_to_gone": round(seconds, 1), "exit_status": job.proc.returncode,
            "step_at_fault": at, "last_step": reached, "checkpoint_step": newest_checkpoint(model_dir),
            "processes_left": len(left), "line": _last_line(job),
-           "traceback": "Traceback (most recent call last)" in job.stderr(),
+           "traceback": job.rank_traceback(),
            "false_divergence_warning": "ranks hold different weights" in job.stderr()}
   row["steps_lost"] = max(0, reached - (row["checkpoint_step"] or 0))
   summary = os.path.join(model_dir, "summary.json")
