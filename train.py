@@ -188,12 +188,20 @@ def main(argv):
   writer = tf.summary.create_file_writer(os.path.join(config.run.model_dir, "tb")) if world.is_chief else None
   progress = Progress(world.is_chief, config.data.global_batch, config.data.batch_size,
                       start_step, last_step, steps_per_epoch, config.run.log_every, writer)
-  def save(step):
-    """Rank 0 checkpoints at this step (a no-op elsewhere, or where one exists already).
+  state = [v for v in model.variables + optimizer.variables if tf.as_dtype(v.dtype).is_floating]
 
-    A failed save (disk full, inf/NaN weights) ends the run with one sentence; exit status 2
-    on rank 0 makes mpirun end the other ranks, waiting in the next collective.
+  def save(step) -> bool:
+    """Checkpoint at this step: every rank calls it at the same step, rank 0 writes (unless
+    a checkpoint of this step exists). False, and nothing written, if any rank's weights,
+    optimizer slots or BatchNorm statistics hold inf/NaN.
+
+    The ranks agree on that first (one small allreduce): --base_lr=1e6 on digits blew up the
+    BatchNorm moving variance while the loss stayed finite, and rank 0 refusing such a save
+    alone would end it and leave the others failing in their next collective. A failed write
+    (disk full) ends the run with one sentence; status 2 on rank 0 makes mpirun end the rest.
     """
+    if sync.any_rank(hvd, not bool(precision.all_finite(state)), "nonfinite_state"):
+      return False
     if manager and manager.newest != os.path.join(config.run.model_dir, f"ckpt-{step}"):
       watchdog.mark("checkpoint")
       try:
@@ -202,10 +210,12 @@ def main(argv):
         fail(str(e))
       watchdog.progress(step, "checkpoint", timed=False)
     progress.resume()
+    return True
 
   top1 = loss = None
   step = start_step
   verdict = outcome.Verdict(outcome.OK, 0)
+  nonfinite_state = False  # the divergence was in the weights, found at a checkpoint
   log("training steps %d..%d (%d per epoch, %.1f epochs)", start_step, last_step,
       steps_per_epoch, last_step / steps_per_epoch)
   while step < last_step and verdict.status == outcome.OK:
@@ -230,24 +240,30 @@ def main(argv):
       if verdict.status != outcome.OK:
         break
       watchdog.mark("input")
-      if config.run.checkpoint_every and step % config.run.checkpoint_every == 0:
-        save(step)
-    if verdict.status == outcome.STOPPED:
-      save(step)
-      stop_line = (f"stopped: {stop_request.reason or signals.name(int(stop)) + ' on another rank'} at "
-                   f"step {step} (epoch {step / steps_per_epoch:.2f}); checkpoint "
-                   f"{manager.newest if manager else 'written by rank 0'}; run the same command "
-                   f"to resume (exit {outcome.STOPPED})")
-    elif verdict.status == outcome.DIVERGED:
-      skipped = f", {verdict.skipped} overflow-skipped steps in a row" if verdict.skipped > 1 else ""
-      stop_line = (f"diverged: non-finite loss or gradient at step {step + 1} (lr {lr:.5g}{skipped}); the "
-                   "update was not applied and no checkpoint is written; newest good checkpoint "
-                   f"{(manager and manager.newest) or 'none'}; lower --base_lr or lengthen "
-                   f"--warmup_epochs (exit {outcome.DIVERGED})")
-    elif step % steps_per_epoch == 0 or step == last_step:
+      if config.run.checkpoint_every and step % config.run.checkpoint_every == 0 and not save(step):
+        nonfinite_state = True
+        break
+    if verdict.status == outcome.STOPPED or nonfinite_state:
+      nonfinite_state = nonfinite_state or not save(step)
+    elif verdict.status == outcome.OK and (step % steps_per_epoch == 0 or step == last_step):
       top1, loss = evaluate()
       progress.epoch_end(step, top1, loss)
-      save(step)
+      nonfinite_state = not save(step)
+    if nonfinite_state:
+      verdict = outcome.Verdict(outcome.DIVERGED, verdict.skipped)
+  if verdict.status == outcome.STOPPED:
+    stop_line = (f"stopped: {stop_request.reason or signals.name(int(stop)) + ' on another rank'} at "
+                 f"step {step} (epoch {step / steps_per_epoch:.2f}); checkpoint "
+                 f"{manager.newest if manager else 'written by rank 0'}; run the same command "
+                 f"to resume (exit {outcome.STOPPED})")
+  elif verdict.status == outcome.DIVERGED:
+    skipped = f", {verdict.skipped} overflow-skipped steps in a row" if verdict.skipped > 1 else ""
+    what = (f"inf/NaN in the weights or BatchNorm statistics at step {step} (lr {lr:.5g}), found before "
+            "checkpointing" if nonfinite_state else
+            f"non-finite loss or gradient at step {step + 1} (lr {lr:.5g}{skipped}); the update was not applied")
+    stop_line = (f"diverged: {what}; no checkpoint is written; newest good checkpoint "
+                 f"{(manager and manager.newest) or 'none'}; lower --base_lr or lengthen "
+                 f"--warmup_epochs (exit {outcome.DIVERGED})")
   if top1 is None and start_step == last_step:  # nothing left to train: still report
     top1, loss = evaluate()
 

@@ -36,6 +36,11 @@ def first_error(hvd, message: str | None) -> str | None:
   return next((m for m in messages if m), None)
 
 
+def any_rank(hvd, flag: bool, name: str) -> bool:
+  """Whether flag is true on any rank (eager; one small allreduce, the same answer everywhere)."""
+  return bool(hvd.allreduce(tf.constant(int(flag), tf.int32), op=hvd.Max, name=f"any_{name}").numpy())
+
+
 def agree_max(hvd):
   """agree(codes) -> codes' elementwise max over all ranks, for inside a tf.function.
 

@@ -8,6 +8,7 @@ those processes, by pid, whatever happens.
 import json
 import os
 import re
+import shutil
 import signal
 
 import pytest
@@ -63,21 +64,31 @@ def test_a_stopped_rank_ends_the_job_naming_it(tmp_path):
   resumes(str(tmp_path), newest_checkpoint(str(tmp_path)))
 
 
-@pytest.mark.parametrize("np_, precision", [(2, "fp32"), (2, "fp16"), (1, "bf16")])
-def test_divergence_stops_every_rank_and_keeps_the_good_checkpoint(tmp_path, np_, precision):
-  with Job(str(tmp_path), *ARGS, "--max_steps=20", np_=np_) as job:  # a healthy start: ckpt-20
+@pytest.fixture(scope="module")
+def healthy_start(tmp_path_factory):
+  """A model_dir holding a healthy 20-step run (ckpt-20), trained once for the module."""
+  model_dir = str(tmp_path_factory.mktemp("healthy"))
+  with Job(model_dir, *ARGS, "--max_steps=20") as job:
     job.wait_gone(GONE_S)
     assert job.proc.returncode == 0, job.tail()
-  with Job(str(tmp_path), *ARGS, "--base_lr=1e6", "--warmup_epochs=0", f"--precision={precision}",
+  return model_dir
+
+
+@pytest.mark.parametrize("np_, precision", [(2, "fp32"), (2, "fp16"), (1, "bf16")])
+def test_divergence_stops_every_rank_and_keeps_the_good_checkpoint(tmp_path, healthy_start, np_, precision):
+  model_dir = str(tmp_path / "run")
+  shutil.copytree(healthy_start, model_dir)
+  # 1e6 per 256 images: the loss may stay finite for a step or two while the weights and the
+  # BatchNorm statistics blow up; either way every rank stops with the same verdict.
+  with Job(model_dir, *ARGS, "--base_lr=1e6", "--warmup_epochs=0", f"--precision={precision}",
            np_=np_) as job:
     _, left = job.wait_gone(GONE_S)
     assert not left and job.proc.returncode == outcome.DIVERGED, job.tail()
     (line,) = [l for l in job.user_lines() if l.startswith("diverged:")]
     assert "newest good checkpoint" in line and line.count("ckpt-20") == 1, line
-    if precision == "fp16":
-      assert "10 overflow-skipped steps in a row" in line, line
-    assert "ranks hold different weights" not in job.stderr(), job.tail()
-  summary = json.load(open(tmp_path / "summary.json"))
+    assert "ranks hold different weights" not in job.stderr() and not job.rank_traceback(), job.tail()
+  summary = json.load(open(os.path.join(model_dir, "summary.json")))
   assert summary["status"] == "diverged" and summary["replicas_identical"] is True
-  assert newest_checkpoint(str(tmp_path)) == 20
-  resumes(str(tmp_path), 20)
+  assert newest_checkpoint(model_dir) == 20
+  if precision == "fp32":
+    resumes(model_dir, 20)
