@@ -451,8 +451,22 @@ def main(argv=None):
   with tempfile.TemporaryDirectory(prefix="faults-") as workdir:
     for fault in chosen:
       rows.append(run_fault(fault, workdir))
-  write_report(rows, args.out_dir, time.time() - start)
+  seconds = time.time() - start
+  if args.only:  # a partial run updates its rows in the report and keeps the others
+    rows, seconds = merged(rows, os.path.join(args.out_dir, "faults.json"), seconds)
+  write_report(rows, args.out_dir, seconds)
   emit(table(rows), sys.stdout)
+
+
+def merged(rows: list[dict], path: str, seconds: float) -> tuple[list[dict], float]:
+  """These rows in place of the same faults' rows of the report at path, in FAULTS' order."""
+  if not os.path.exists(path):
+    return rows, seconds
+  with open(path) as fh:
+    old = json.load(fh)
+  by_name = {r["fault"]: r for r in old["rows"]} | {r["fault"]: r for r in rows}
+  order = [f.name for f in FAULTS] + [name for name in by_name if name not in {f.name for f in FAULTS}]
+  return [by_name[name] for name in order if name in by_name], old.get("wall_seconds", 0) + seconds
 
 
 if __name__ == "__main__":
