@@ -86,10 +86,13 @@ def test_divergence_stops_every_rank_and_keeps_the_good_checkpoint(tmp_path, hea
     _, left = job.wait_gone(GONE_S)
     assert not left and job.proc.returncode == outcome.DIVERGED, job.tail()
     (line,) = [l for l in job.user_lines() if l.startswith("diverged:")]
-    assert "newest good checkpoint" in line and line.count("ckpt-20") == 1, line
     assert "ranks hold different weights" not in job.stderr() and not job.rank_traceback(), job.tail()
+  # The newest checkpoint is the newest good one: written before the divergence (the epoch end at
+  # step 23 may come first), named in the line, and nothing after it.
   summary = json.load(open(os.path.join(model_dir, "summary.json")))
   assert summary["status"] == "diverged" and summary["replicas_identical"] is True
-  assert newest_checkpoint(model_dir) == 20
+  good = newest_checkpoint(model_dir)
+  assert 20 <= good <= summary["stopped_at_step"], (good, summary)
+  assert re.search(rf"newest good checkpoint \S*ckpt-{good};", line), line
   if precision == "fp32":
-    resumes(model_dir, 20)
+    resumes(model_dir, good)
