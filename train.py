@@ -43,6 +43,7 @@ from absl import app, logging  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
 from flags import train_flags as flags  # noqa: E402  (define_flags, build_config, ...)
+from flags.config import Source  # noqa: E402
 import comm  # noqa: E402
 from comm import sync  # noqa: E402
 from comm.exchange import make_gradient_exchange  # noqa: E402
@@ -175,6 +176,18 @@ def main(argv):
   eval_step = step_lib.make_eval_step(model)
   watchdog.progress(start_step, "setup", timed=False)
 
+  # ----------------------------------------------------------------- loop --
+  writer = tf.summary.create_file_writer(os.path.join(config.run.model_dir, "tb")) if world.is_chief else None
+  progress = Progress(world.is_chief, config.data.global_batch, config.data.step_batch,
+                      start_step, last_step, steps_per_epoch, config.run.log_every, writer)
+  def save(step):
+    """Rank 0 checkpoints at this step (a no-op elsewhere, or where one exists already)."""
+    if manager and manager.latest_checkpoint != os.path.join(config.run.model_dir, f"ckpt-{step}"):
+      watchdog.mark("checkpoint")
+      manager.save(checkpoint_number=step)
+      watchdog.progress(step, "checkpoint", timed=False)
+    progress.resume()
+
   def evaluate(verdict):
     """The held-out metrics (global counts over ranks; None: no held-out split), reported on
     rank 0, and the verdict after them: a target reached ends the run on every rank alike."""
@@ -193,20 +206,9 @@ def main(argv):
     if verdict.status == outcome.TARGET_REACHED:
       # MLPerf's time to train: from start-up (START, before the model is built) to the end of
       # the evaluation that reached the target, evaluations included.
-      reached.update(seconds=round(time.time() - START, 1), step=step, epoch=round(step / steps_per_epoch, 3))
+      reached.update(seconds=round(time.time() - START, 1), step=step,
+                     epoch=round(step / steps_per_epoch, 3))
     return held, verdict
-
-  # ----------------------------------------------------------------- loop --
-  writer = tf.summary.create_file_writer(os.path.join(config.run.model_dir, "tb")) if world.is_chief else None
-  progress = Progress(world.is_chief, config.data.global_batch, config.data.step_batch,
-                      start_step, last_step, steps_per_epoch, config.run.log_every, writer)
-  def save(step):
-    """Rank 0 checkpoints at this step (a no-op elsewhere, or where one exists already)."""
-    if manager and manager.latest_checkpoint != os.path.join(config.run.model_dir, f"ckpt-{step}"):
-      watchdog.mark("checkpoint")
-      manager.save(checkpoint_number=step)
-      watchdog.progress(step, "checkpoint", timed=False)
-    progress.resume()
 
   held = None       # the newest held-out metrics
   reached = {}      # when a target was reached: seconds since START, step, epoch
@@ -290,7 +292,7 @@ def main(argv):
   # A model users can serve: rank 0's weights (identical everywhere) with the evaluation
   # preprocessing inside (training/export.py); not for a stopped or diverged run.
   if world.is_chief and config.run.export and verdict.status in (outcome.OK, outcome.TARGET_REACHED):
-    if info.name == "synthetic":
+    if config.data.source is Source.SYNTHETIC:
       log("export skipped: synthetic batches have no image format to serve")
     else:
       summary["export"] = export.export(model, info, config.run.model_dir)
