@@ -45,11 +45,11 @@ class Progress:
   which pays for tracing the tf.function.
   """
 
-  def __init__(self, is_chief, global_batch, per_rank_batch, start_step, last_step,
+  def __init__(self, is_chief, global_batch, step_batch, start_step, last_step,
                steps_per_epoch, log_every, writer):
     self.is_chief = is_chief
     self.global_batch = global_batch
-    self.per_rank_batch = per_rank_batch
+    self.step_batch = step_batch  # images per rank per step (all its micro-batches)
     self.start_step = start_step
     self.last_step = last_step
     self.steps_per_epoch = steps_per_epoch
@@ -77,7 +77,7 @@ class Progress:
     self._count += 1
     if step % self.log_every and step != self.last_step:
       return
-    loss, top1 = float(self._loss) / self._count, float(self._correct) / (self._count * self.per_rank_batch)
+    loss, top1 = float(self._loss) / self._count, float(self._correct) / (self._count * self.step_batch)
     self._loss = self._correct = 0.0
     self._count = 0
     seconds, steps = self._train_seconds - self._window[0], self._timed_steps - self._window[1]
@@ -97,12 +97,14 @@ class Progress:
       if rate:
         tf.summary.scalar("train/images_per_sec", rate)
 
-  def epoch_end(self, step, top1, loss):
+  def evaluation(self, step, top1, top5, loss):
+    """Rank 0's line and scalars of a held-out evaluation (global fractions, mean loss); None: no split."""
     if not self.is_chief or top1 is None:
       return
-    emit(f"epoch {step / self.steps_per_epoch:6.2f}  eval top1 {top1:.4f}  loss {loss:.4f}")
+    emit(f"epoch {step / self.steps_per_epoch:6.2f}  eval top1 {top1:.4f}  top5 {top5:.4f}  loss {loss:.4f}")
     with self.writer.as_default(step=step):
       tf.summary.scalar("eval/top1", top1)
+      tf.summary.scalar("eval/top5", top5)
       tf.summary.scalar("eval/loss", loss)
     self.writer.flush()
 

@@ -15,10 +15,14 @@ Runbook (see README.md for more):
   # every flag, documented
   python train.py --helpfull
 
+  # time to accuracy: stop every rank at the first evaluation with held-out top-1 >= 0.95
+  python train.py --target_top1=0.95 --eval_every=5
+
 A run resumes from the newest checkpoint in --model_dir: restart the same
 command after a crash or a preemption. Rank 0 alone logs, writes TensorBoard
-scalars, checkpoints and summary.json; the final line on stdout is a JSON
-summary (final_top1, final_loss, images_per_sec, ranks, global_batch, ...).
+scalars, checkpoints, summary.json and, at the end, a SavedModel to serve
+(<model_dir>/export/); the final line on stdout is a JSON summary (final_top1,
+final_top5, final_loss, images_per_sec, ranks, global_batch, time_to_target_seconds, ...).
 """
 import json
 import os
@@ -39,6 +43,7 @@ from absl import app, logging  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
 from flags import train_flags as flags  # noqa: E402  (define_flags, build_config, ...)
+from flags.config import Source  # noqa: E402
 import comm  # noqa: E402
 from comm import sync  # noqa: E402
 from comm.exchange import make_gradient_exchange  # noqa: E402
@@ -46,7 +51,7 @@ from input import pipeline  # noqa: E402
 from models import build_model  # noqa: E402
 from optimizers import build_optimizer, precision, schedules  # noqa: E402
 from progress import Progress, emit, logger, write_json_atomic  # noqa: E402
-from training import checkpoints, outcome, signals, watchdog as watchdog_lib  # noqa: E402
+from training import checkpoints, evaluation, export, outcome, signals, watchdog as watchdog_lib  # noqa: E402
 from training import step as step_lib  # noqa: E402
 
 flags.define_flags()
@@ -103,9 +108,10 @@ def main(argv):
   # Our lines on rank 0 only; TensorFlow's INFO chatter (one per checkpoint save) off.
   logging.set_verbosity(logging.WARNING)
   log = logger(world.is_chief)
-  log("ranks %d (%d per node, %d nodes), %d threads per rank; batch %d per rank, global %d",
-      world.size, world.local_size, world.cross_size, threads,
-      config.data.batch_size, config.data.global_batch)
+  log("ranks %d (%d per node, %d nodes), %d threads per rank; batch %d per rank%s, global %d",
+      world.size, world.local_size, world.cross_size, threads, config.data.batch_size,
+      f" x {config.data.accumulation_steps} accumulation steps" if config.data.accumulation_steps > 1 else "",
+      config.data.global_batch)
 
   # ---------------------------------------------------------------- input --
   pipeline.prepare(config.data, world)
@@ -165,28 +171,17 @@ def main(argv):
 
   # ---------------------------------------------------- communication + step --
   exchange = make_gradient_exchange(hvd, config.comm, world, log)  # hybrid probes the links here
-  # The step users run, and the benchmarks time (training/step.py).
+  # The step users run, and the benchmarks time (training/step.py): with
+  # --accumulation_steps=K, K micro-batches per rank, then one exchange and one update.
   train_step = step_lib.make_train_step(model, optimizer, exchange, loss_scale, info.num_classes,
-                                        config.optim.label_smoothing, agree=sync.agree_max(hvd))
+                                        config.optim.label_smoothing, agree=sync.agree_max(hvd),
+                                        accumulation_steps=config.data.accumulation_steps)
   eval_step = step_lib.make_eval_step(model)
   watchdog.progress(start_step, "setup", timed=False)
 
-  def evaluate():
-    """Global held-out (top-1, loss): sums over ranks, not an average of rank averages."""
-    dataset = data.eval()
-    if dataset is None:
-      return None, None
-    totals = tf.zeros([4])
-    watchdog.mark("eval")
-    for images, labels in dataset:
-      totals += eval_step(images, labels)
-      watchdog.progress(step, "eval", timed=False)
-    loss_sum, correct, _, count = hvd.allreduce(totals, op=hvd.Sum, name="eval_totals").numpy()
-    return float(correct / count), float(loss_sum / count)
-
   # ----------------------------------------------------------------- loop --
   writer = tf.summary.create_file_writer(os.path.join(config.run.model_dir, "tb")) if world.is_chief else None
-  progress = Progress(world.is_chief, config.data.global_batch, config.data.batch_size,
+  progress = Progress(world.is_chief, config.data.global_batch, config.data.step_batch,
                       start_step, last_step, steps_per_epoch, config.run.log_every, writer)
   state = [v for v in model.variables + optimizer.variables if tf.as_dtype(v.dtype).is_floating]
 
@@ -212,10 +207,34 @@ def main(argv):
     progress.resume()
     return True
 
-  top1 = loss = None
+  def evaluate(verdict):
+    """The held-out metrics (global counts over ranks; None: no held-out split), reported on
+    rank 0, and the verdict after them: a target reached ends the run on every rank alike."""
+    dataset = data.eval()
+    held = None
+    if dataset is not None:
+      watchdog.mark("eval")
+      # Horovod: one allreduce of the sums [loss, top-1 hits, top-5 hits, count] over ranks.
+      allreduce_sum = lambda sums: hvd.allreduce(sums, op=hvd.Sum, name="eval_totals")
+      held = evaluation.held_out(eval_step, dataset, allreduce_sum,
+                                 on_batch=lambda: watchdog.progress(step, "eval", timed=False))
+      progress.evaluation(step, held.top1, held.top5, held.loss)
+    e = config.evaluation
+    verdict = outcome.after_eval(held.top1 if held else None, held.top5 if held else None,
+                                 e.target_top1, e.target_top5, verdict.skipped)
+    if verdict.status == outcome.TARGET_REACHED:
+      # MLPerf's time to train: from start-up (START, before the model is built) to the end of
+      # the evaluation that reached the target, evaluations included.
+      reached.update(seconds=round(time.time() - START, 1), step=step,
+                     epoch=round(step / steps_per_epoch, 3))
+    return held, verdict
+
+  held = None       # the newest held-out metrics
+  reached = {}      # when a target was reached: seconds since START, step, epoch
   step = start_step
   verdict = outcome.Verdict(outcome.OK, 0)
   nonfinite_state = False  # the divergence was in the weights, found at a checkpoint
+  eval_every = config.evaluation.eval_every
   log("training steps %d..%d (%d per epoch, %.1f epochs)", start_step, last_step,
       steps_per_epoch, last_step / steps_per_epoch)
   while step < last_step and verdict.status == outcome.OK:
@@ -239,15 +258,19 @@ def main(argv):
       progress.step(step, batch_loss, correct, lr)
       if verdict.status != outcome.OK:
         break
+      if eval_every and step % eval_every == 0 and step % steps_per_epoch and step != last_step:
+        held, verdict = evaluate(verdict)  # (epoch ends and the last step evaluate below)
+        progress.resume()
+        if verdict.status != outcome.OK:
+          break
       watchdog.mark("input")
       if config.run.checkpoint_every and step % config.run.checkpoint_every == 0 and not save(step):
         nonfinite_state = True
         break
-    if verdict.status == outcome.STOPPED or nonfinite_state:
+    if verdict.status in (outcome.STOPPED, outcome.TARGET_REACHED) or nonfinite_state:
       nonfinite_state = nonfinite_state or not save(step)
     elif verdict.status == outcome.OK and (step % steps_per_epoch == 0 or step == last_step):
-      top1, loss = evaluate()
-      progress.epoch_end(step, top1, loss)
+      held, verdict = evaluate(verdict)
       nonfinite_state = not save(step)
     if nonfinite_state:
       verdict = outcome.Verdict(outcome.DIVERGED, verdict.skipped)
@@ -264,8 +287,8 @@ def main(argv):
     stop_line = (f"diverged: {what}; no checkpoint is written; newest good checkpoint "
                  f"{(manager and manager.newest) or 'none'}; lower --base_lr or lengthen "
                  f"--warmup_epochs (exit {outcome.DIVERGED})")
-  if top1 is None and start_step == last_step:  # nothing left to train: still report
-    top1, loss = evaluate()
+  if held is None and start_step == last_step:  # nothing left to train: still report
+    held, verdict = evaluate(verdict)
 
   # -------------------------------------------------------------- summary --
   identical = sync.replicas_identical(hvd, model.trainable_variables)
@@ -273,33 +296,49 @@ def main(argv):
     logging.warning("ranks hold different weights after training: a rank diverged")
   summary = {
       "status": outcome.STATUS_WORDS[verdict.status],
-      "final_top1": top1, "final_loss": loss,
+      "final_top1": held.top1 if held else None, "final_top5": held.top5 if held else None,
+      "final_loss": held.loss if held else None,
       "images_per_sec": progress.images_per_sec(),
       "ranks": world.size, "global_batch": config.data.global_batch,
-      "per_rank_batch": config.data.batch_size, "steps": step,
+      "per_rank_batch": config.data.batch_size, "accumulation_steps": config.data.accumulation_steps,
+      "steps": step,
       "epochs": round(step / steps_per_epoch, 3), "wall_seconds": round(time.time() - START, 1),
       "model": config.model.name, "dataset": info.name, "allreduce": config.comm.allreduce,
       "allreduce_plan": exchange.plan,
       "optimizer": config.optim.optimizer, "precision": config.optim.precision,
       "replicas_identical": identical,
   }
-  if verdict.status != outcome.OK:
+  if verdict.status in (outcome.STOPPED, outcome.DIVERGED):
     summary["stopped_at_step"] = step
+  if config.evaluation.has_target:  # time to accuracy (MLPerf): whether, when, at which step
+    summary.update(evaluation.target_summary(config.evaluation, reached))
+  # -------------------------------------------------------------- export --
+  # A model users can serve: rank 0's weights (identical everywhere) with the evaluation
+  # preprocessing inside (training/export.py); not for a stopped or diverged run.
+  if world.is_chief and config.run.export and verdict.status in (outcome.OK, outcome.TARGET_REACHED):
+    if config.data.source is Source.SYNTHETIC:
+      log("export skipped: synthetic batches have no image format to serve")
+    else:
+      watchdog.mark("export")  # tracing the serving function: first-time work, the start-up allowance
+      summary["export"] = export.export(model, info, config.run.model_dir)
   if world.is_chief:
     write_json_atomic(os.path.join(config.run.model_dir, "summary.json"), summary)
-    if verdict.status != outcome.OK:
+    if verdict.status in (outcome.STOPPED, outcome.DIVERGED):
       emit(stop_line)
+    elif config.evaluation.has_target:
+      emit(evaluation.target_line(config.evaluation, reached, held, step, step / steps_per_epoch))
     emit(json.dumps(summary), sys.stdout)
   watchdog.close()
   stop_request.close()
-  if verdict.status != outcome.OK:
+  status = outcome.exit_status(verdict.status)  # a target reached is a success
+  if status != outcome.OK:
     # Leave together: with mpirun or Gloo's horovodrun, the first rank to exit
     # non-zero makes the launcher kill the rest, which must not catch rank 0
     # before its checkpoint and summary are written.
     sync.barrier(hvd, "exit")
     for sig in signals.STOP_SIGNALS:  # the launcher's clean-up signal is no longer a request
       signal.signal(sig, signal.SIG_IGN)
-    sys.exit(verdict.status)
+    sys.exit(status)
 
 
 if __name__ == "__main__":

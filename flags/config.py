@@ -65,6 +65,7 @@ class RunConfig:
   checkpoint_every: int
   keep_checkpoints: int
   threads: int
+  export: bool = True    # rank 0 writes a SavedModel to <model_dir>/export/ at the end (training/export.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,10 +77,16 @@ class DataConfig:
   skip_corrupt: bool     # skip (and count) damaged images and records instead of stopping
   data_dir: str          # '' for in-memory data sets
   create_data_dir: bool  # the default place may be created; a --data_dir given must exist
-  batch_size: int        # per rank: the BatchNorm batch (Goyal et al.)
-  global_batch: int      # batch_size * ranks: what the LR scales with
+  batch_size: int        # per rank and micro-batch: the BatchNorm batch (Goyal et al.)
+  global_batch: int      # batch_size * ranks * accumulation_steps: one update's images, what the LR scales with
   eval_batch_size: int   # per rank
   shuffle_buffer: int
+  accumulation_steps: int = 1  # micro-batches per update (training/step.py)
+
+  @property
+  def step_batch(self) -> int:
+    """Images per rank per training step: accumulation_steps micro-batches of batch_size."""
+    return self.batch_size * self.accumulation_steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +127,17 @@ class FaultConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class EvalConfig:
+  eval_every: int      # steps between held-out evaluations besides epoch ends (0: epoch ends only)
+  target_top1: float   # held-out top-1 that ends the run (0: none)
+  target_top5: float
+
+  @property
+  def has_target(self) -> bool:
+    return bool(self.target_top1 or self.target_top5)
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
   """Every setting of a run. world is the comm.topology.World it was validated
   against (not imported: comm sits above this floor)."""
@@ -129,6 +147,7 @@ class Config:
   optim: OptimConfig
   comm: CommConfig
   faults: FaultConfig
+  evaluation: EvalConfig
   world: object
 
   def to_json(self) -> dict:

@@ -36,7 +36,13 @@ def define() -> None:
       "The global batch is this times the number of ranks.")
   absl_flags.DEFINE_integer(
       "global_batch_size", 0, "If set, the global batch instead of --batch_size: "
-      "must divide evenly by the number of ranks.")
+      "must divide evenly by the number of ranks times --accumulation_steps.")
+  absl_flags.DEFINE_integer(
+      "accumulation_steps", 1,
+      "Gradient accumulation: forward and backward passes of --batch_size images per rank before "
+      "one exchange and one update, so the global batch is batch x ranks x this on fewer ranks "
+      "(BatchNorm still normalises each --batch_size micro-batch; the LR rule, warmup and epochs "
+      "count the global batch).")
   absl_flags.DEFINE_integer("eval_batch_size", 0, "Images per rank per evaluation step "
                             "(0: same as the training batch per rank).")
   absl_flags.DEFINE_integer("shuffle_buffer", 10_000, "Examples in each rank's shuffle buffer.")
@@ -66,11 +72,12 @@ def _dataset(f) -> tuple[DatasetInfo, Source, str]:
   return info, source, tfds_name
 
 
-def fits(info: DatasetInfo, batch_size: int, world: World) -> str | None:
+def fits(info: DatasetInfo, batch_size: int, world: World, accumulation_steps: int = 1) -> str | None:
   """Why this batch and these ranks cannot run on the data set, or None."""
-  global_batch = batch_size * world.size
+  global_batch = batch_size * world.size * accumulation_steps
   if global_batch > info.num_train:
-    return (f"The global batch {global_batch} ({batch_size} per rank x {world.size} ranks) exceeds the "
+    times = f" x {accumulation_steps} accumulation steps" if accumulation_steps > 1 else ""
+    return (f"The global batch {global_batch} ({batch_size} per rank x {world.size} ranks{times}) exceeds the "
             f"{info.num_train} training examples of {info.name}; lower --batch_size.")
   if info.num_eval and world.size > info.num_eval:
     return (f"{world.size} ranks exceed the {info.num_eval} examples of {info.name}'s held-out split, "
@@ -91,27 +98,34 @@ def check(config: DataConfig, world: World) -> tuple[str | None, sources.Scanned
     scanned = sources.scan(config)
   except ConfigError as e:
     return str(e), None
-  problem = fits(scanned.info, config.batch_size, world)
+  problem = fits(scanned.info, config.batch_size, world, config.accumulation_steps)
   return problem, None if problem else scanned
 
 
 def build(f, world: World) -> DataConfig:
   info, source, tfds_name = _dataset(f)
+  k = f.accumulation_steps
+  if k < 1:
+    raise ConfigError(f"--accumulation_steps={k} must be at least 1 (1: no accumulation), "
+                      "e.g. --accumulation_steps=4.")
 
   if f.global_batch_size:
     if f.global_batch_size <= 0:
       raise ConfigError(f"--global_batch_size={f.global_batch_size} must be positive, e.g. --global_batch_size=256.")
-    if f.global_batch_size % world.size:
+    per_update = world.size * k  # micro-batches in one update, over all ranks
+    if f.global_batch_size % per_update:
+      what = f"{world.size} ranks" + (f" x {k} accumulation steps" if k > 1 else "")
       raise ConfigError(
-          f"--global_batch_size={f.global_batch_size} does not divide by the {world.size} ranks; "
-          f"pass a multiple of {world.size}, e.g. --global_batch_size={max(1, f.global_batch_size // world.size) * world.size}.")
-    batch_size = f.global_batch_size // world.size
+          f"--global_batch_size={f.global_batch_size} does not divide by the {what}; "
+          f"pass a multiple of {per_update}, "
+          f"e.g. --global_batch_size={max(1, f.global_batch_size // per_update) * per_update}.")
+    batch_size = f.global_batch_size // per_update
   else:
     if f.batch_size <= 0:
       raise ConfigError(f"--batch_size={f.batch_size} must be positive (images per rank), e.g. --batch_size=32.")
     batch_size = f.batch_size
-  global_batch = batch_size * world.size
-  problem = None if source.scanned else fits(info, batch_size, world)
+  global_batch = batch_size * world.size * k
+  problem = None if source.scanned else fits(info, batch_size, world, k)
   if problem:  # scanned sources are checked against their files in check()
     raise ConfigError(problem)
   if f.eval_batch_size < 0:
@@ -128,4 +142,4 @@ def build(f, world: World) -> DataConfig:
                     skip_corrupt=f.skip_corrupt, data_dir=data_dir, create_data_dir=create_data_dir,
                     batch_size=batch_size,
                     global_batch=global_batch, eval_batch_size=f.eval_batch_size or batch_size,
-                    shuffle_buffer=f.shuffle_buffer)
+                    shuffle_buffer=f.shuffle_buffer, accumulation_steps=k)

@@ -24,6 +24,10 @@ def define() -> None:
       "checkpoint_every", 0,
       "Also checkpoint every N steps (0: only at the end of each epoch and of the run).")
   absl_flags.DEFINE_integer("keep_checkpoints", 3, "How many checkpoints to keep in --model_dir.")
+  absl_flags.DEFINE_boolean(
+      "export", True, "At the end of a run that finished or reached its target, rank 0 writes a "
+      "SavedModel to <model_dir>/export/ that takes encoded images (JPEG, PNG, ...) and returns class "
+      "probabilities and the top-5 classes, with the evaluation preprocessing inside; --export=false skips it.")
   absl_flags.DEFINE_integer(
       "threads", 0, "TensorFlow intra-op threads per rank (0: the node's cores "
       "divided by the ranks on the node, so ranks do not oversubscribe the CPU).")
@@ -44,4 +48,4 @@ def build(f) -> RunConfig:
   return RunConfig(model_dir=os.path.abspath(os.path.expanduser(f.model_dir)),
                    epochs=f.epochs, max_steps=f.max_steps, seed=f.seed,
                    log_every=f.log_every, checkpoint_every=f.checkpoint_every,
-                   keep_checkpoints=f.keep_checkpoints, threads=f.threads)
+                   keep_checkpoints=f.keep_checkpoints, threads=f.threads, export=f.export)

@@ -10,11 +10,11 @@ import os
 from absl import flags as absl_flags
 
 from comm.topology import World
-from flags import comm, data, faults, model, optim, run
+from flags import comm, data, evaluation, faults, model, optim, run
 from flags.config import Config, ConfigError  # noqa: F401  (ConfigError: what callers catch)
 from input import sources
 
-_SECTIONS = (run, data, model, optim, comm, faults)
+_SECTIONS = (run, data, model, optim, comm, faults, evaluation)
 
 
 def define_flags() -> None:
@@ -31,9 +31,10 @@ def build_config(f, world: World) -> Config:
   Pure: looks at the flags and the world only, so every rank reaches the same
   verdict without talking to the others.
   """
-  return Config(run=run.build(f), data=data.build(f, world), model=model.build(f),
-                optim=optim.build(f), comm=comm.build(f),
-                faults=faults.build(f), world=world)
+  data_config = data.build(f, world)
+  return Config(run=run.build(f), data=data_config, model=model.build(f),
+                optim=optim.build(f), comm=comm.build(f), faults=faults.build(f),
+                evaluation=evaluation.build(f, data_config.dataset), world=world)
 
 
 def check_paths(config: Config) -> tuple[str | None, sources.Scanned | None]:

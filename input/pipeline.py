@@ -31,8 +31,9 @@ class Input(abc.ABC):
 
   info: the data set as found on disk (classes, image shape, split sizes);
   train_epoch(epoch, first_step=0, count=None) -> iterable of (images, labels)
-  batches for this rank: steps [first_step, steps_per_epoch) of the epoch, at
-  most `count` of them; eval() -> this rank's share of the held-out split,
+  batches of config.step_batch (all the micro-batches of one update) for this
+  rank: steps [first_step, steps_per_epoch) of the epoch, at most `count` of
+  them; eval() -> this rank's share of the held-out split,
   every example exactly once across ranks, or None when there is none. Both
   iterate Diagnosed datasets (a failure names the bad record) unless
   --skip_corrupt.
@@ -216,7 +217,7 @@ class _Files(Input):
   def __init__(self, config: DataConfig, world: World, seed: int, source: sources.Scanned, dtype):
     super().__init__(source.info, source.info.num_train // config.global_batch)
     self.config, self.world, self.seed, self.source, self.dtype = config, world, seed, source, dtype
-    self.quota = self.steps_per_epoch * config.batch_size  # examples this rank trains on per epoch
+    self.quota = self.steps_per_epoch * config.step_batch  # examples this rank trains on per epoch
     self.options = _options(world)
     threads = world.threads_per_rank()
     self.read_train = _reader(source, source.train, threads)
@@ -234,24 +235,21 @@ class _Files(Input):
 
   def eval_prepare(self, encoded, boxes, s):
     """The evaluation image: a central crop, no augmentation (digits: as in training)."""
-    info = self.info
-    if info.inception_crop:
-      return preprocessing.eval_image(encoded, info.image_shape[0], info.mean, info.std, self.dtype)
-    return self.train_prepare(encoded, boxes, s)
+    return preprocessing.held_out_image(encoded, self.info, self.dtype)
 
   def train_epoch(self, epoch, first_step=0, count=None):
     config, seed, rank = self.config, self.seed, self.world.rank
     order = sharding.epoch_order(len(self.source.train.files), seed, epoch)
     runs = sharding.segments(self.source.train.counts, order, rank * self.quota, self.quota)
     base_seed = _mix(seed, epoch, rank, 2)
-    first = first_step * config.batch_size
+    first = first_step * config.step_batch
     ds = self._finish(self._train_examples(epoch, runs, config.skip_corrupt).skip(first), self.train_prepare,
-                      base_seed, config.batch_size, drop=True)
+                      base_seed, config.step_batch, drop=True)
     steps = self.steps_per_epoch
     left = steps - first_step if count is None else min(count, steps - first_step)
     ds = _to_device(ds.take(left).prefetch(tf.data.AUTOTUNE).with_options(self.options))
     return self._diagnosed(ds, lambda: self._train_examples(epoch, runs, True), runs, self.source.train,
-                           self.train_prepare, base_seed, first, config.batch_size)
+                           self.train_prepare, base_seed, first, config.step_batch)
 
   def eval(self):
     split, config = self.source.eval, self.config
@@ -345,8 +343,8 @@ class _Synthetic(Input):
     info = config.dataset
     super().__init__(info, info.num_train // config.global_batch)
     rng = np.random.default_rng(seed)
-    images = tf.constant(rng.standard_normal((config.batch_size, *info.image_shape), np.float32), dtype)
-    labels = tf.constant(rng.integers(0, info.num_classes, config.batch_size, np.int32))
+    images = tf.constant(rng.standard_normal((config.step_batch, *info.image_shape), np.float32), dtype)
+    labels = tf.constant(rng.integers(0, info.num_classes, config.step_batch, np.int32))
     self.batch = tf.data.Dataset.from_tensors((images, labels))
 
   def train_epoch(self, epoch, first_step=0, count=None):

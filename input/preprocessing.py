@@ -98,10 +98,27 @@ def center_window(shape, size):
   return tf.stack([(height - side + 1) // 2, (width - side + 1) // 2, side, side])
 
 
-def eval_image(encoded, size, mean, std, dtype=tf.float32):
-  """Encoded image -> (size, size, 3) centrally cropped, normalised evaluation image."""
+def eval_image(encoded, size, mean, std, dtype=tf.float32, portable=False):
+  """Encoded image -> (size, size, 3) centrally cropped, normalised evaluation image.
+
+  portable: resize and normalise with TensorFlow's own ops instead of the project's kernel,
+  so a SavedModel holding it loads wherever TensorFlow does (TF Serving, a process that never
+  loaded input/kernels); the same pixels up to float rounding.
+  """
   window = center_window(image_shape(encoded), size)
-  return image_ops.resize_flip_normalise(_decode_window(encoded, window), False, size, *affine(mean, std), dtype)
+  crop = _decode_window(encoded, window)
+  if portable:
+    return normalise(tf.image.resize(crop, [size, size]), mean, std, dtype)
+  return image_ops.resize_flip_normalise(crop, False, size, *affine(mean, std), dtype)
+
+
+def held_out_image(encoded, info, dtype=tf.float32, portable=False):
+  """The evaluation image of an example of data set `info` (flags.config.DatasetInfo): the
+  central crop of ImageNet-like sources, the image as it is for small sets (digits: as in
+  training). portable: as eval_image's."""
+  if info.inception_crop:
+    return eval_image(encoded, info.image_shape[0], info.mean, info.std, dtype, portable)
+  return plain_image(encoded, info.image_shape, info.mean, info.std, dtype)
 
 
 def plain_image(encoded, image_shape_hwc, mean, std, dtype=tf.float32):

@@ -3,9 +3,10 @@ benchmarks and the multi-process checks all run.
 
 One fp16/bf16/fp32 training step (Jia et al.'s order, optimizers/precision.py):
 
-  forward -> loss -> scaled loss -> scaled grads -> exchange (comm/, the one
-  place gradients cross ranks) -> unscale in fp32 -> one finite check ->
-  update, or skip it everywhere
+  forward -> loss -> scaled loss -> scaled grads (summed over K micro-batches
+  with --accumulation_steps=K) -> exchange (comm/, the one place gradients
+  cross ranks) -> unscale in fp32 -> one finite check -> update, or skip it
+  everywhere
 
 The finite verdict is taken on the exchanged gradients, identical on every
 rank, and every rank's loss (agreed with the stop requests in one small
@@ -29,16 +30,24 @@ def correct_count(logits, labels, k: int = 1) -> tf.Tensor:
 
 
 def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, label_smoothing: float = 0.0,
-                    agree=None):
+                    agree=None, accumulation_steps: int = 1):
   """A tf.function train_step(images, labels, lr, stop=0) -> (loss, correct, finite, stop).
 
-  images: (batch, H, W, C) in the model's compute dtype; labels: (batch,)
-  int32; lr: float32 scalar assigned to the optimizer before the update;
-  stop: int32 scalar, this rank's stop request (training/signals.py, 0: none).
-  Returns loss: this rank's mean loss (float32); correct: this rank's top-1
-  hits; finite: whether every rank's loss and the exchanged gradients were
-  finite, so the update was applied (the same on every rank); stop: the
-  largest stop request over all ranks (every rank stops after the same step).
+  images: (K * batch, H, W, C) in the model's compute dtype, K =
+  accumulation_steps micro-batches of `batch` one after the other; labels:
+  (K * batch,) int32; lr: float32 scalar assigned to the optimizer before the
+  update; stop: int32 scalar, this rank's stop request (training/signals.py,
+  0: none). Returns loss: this rank's mean loss over the K micro-batches
+  (float32); correct: this rank's top-1 hits over all K * batch; finite:
+  whether every rank's losses and the exchanged gradients were finite, so the
+  update was applied (the same on every rank); stop: the largest stop request
+  over all ranks (every rank stops after the same step).
+
+  Gradient accumulation: each micro-batch runs forward and backward on its own
+  (BatchNorm normalises over `batch` images, Goyal et al.'s fixed per-worker
+  n), the gradients of the mean loss over the K * batch images are summed on
+  the rank, and then cross ranks once: one exchange, one agreement, one update
+  per step, so the bytes on the wire per image fall by K.
 
   exchange(grads) -> grads is comm's GradientExchange, or any function of the
   same shape (identity: no ranks). agree(int32 vector) -> its max over ranks
@@ -49,24 +58,44 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
   loss_fn = keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=label_smoothing)
   variables = model.trainable_variables
   learning_rate = optimizer.learning_rate
+  k = accumulation_steps
 
-  @tf.function
-  def train_step(images, labels, lr, stop=tf.constant(0)):
+  def forward_backward(images, labels):
+    """(loss, top-1 hits, non-finite loss as int32, scaled gradients of loss / K) of one micro-batch."""
     with tf.GradientTape() as tape:
       logits = model(images, training=True)
       loss = loss_fn(tf.one_hot(labels, num_classes), logits)
-      scaled_loss = loss_scale.scale_loss(loss)  # fp16: keeps small gradients above underflow
-    # One verdict for every rank: a stop request anywhere, a non-finite loss anywhere.
-    codes = tf.stack([tf.cast(stop, tf.int32), tf.cast(tf.logical_not(tf.math.is_finite(loss)), tf.int32)])
-    codes = agree(codes) if agree else codes
+      scaled_loss = loss_scale.scale_loss(loss / k)  # fp16: keeps small gradients above underflow
     grads = tape.gradient(scaled_loss, variables)
+    bad = tf.cast(tf.logical_not(tf.math.is_finite(loss)), tf.int32)
+    return loss, correct_count(logits, labels), bad, grads
+
+  def accumulated(images, labels):
+    """forward_backward's results over the K micro-batches: mean loss, sums of the rest."""
+    images = tf.reshape(images, [k, -1, *images.shape[1:]])
+    labels = tf.reshape(labels, [k, -1])
+    # A tf.while_loop (not K unrolled copies of the model in the graph): tracing stays one model's.
+    def body(i, loss, correct, bad, sums):
+      l, c, b, grads = forward_backward(images[i], labels[i])
+      return i + 1, loss + l, correct + c, tf.maximum(bad, b), [s + g for s, g in zip(sums, grads)]
+    zeros = [tf.zeros(v.shape, v.dtype) for v in variables]
+    _, loss, correct, bad, grads = tf.while_loop(
+        lambda i, *_: i < k, body, [tf.constant(0), tf.constant(0.0), tf.constant(0.0), tf.constant(0), zeros])
+    return loss / k, correct, bad, grads
+
+  @tf.function
+  def train_step(images, labels, lr, stop=tf.constant(0)):
+    loss, correct, bad, grads = (accumulated if k > 1 else forward_backward)(images, labels)
+    # One verdict for every rank: a stop request anywhere, a non-finite loss anywhere.
+    codes = tf.stack([tf.cast(stop, tf.int32), bad])
+    codes = agree(codes) if agree else codes
     grads = exchange(grads)  # the one place gradients cross ranks
     # Unscale in fp32 before the optimizer: LARS's trust ratio must see true gradients.
     grads = loss_scale.unscale(grads)
     learning_rate.assign(lr)
     finite = tf.logical_and(precision.all_finite(grads), tf.equal(codes[1], 0))
     finite = loss_scale.apply_if_finite(grads, lambda: optimizer.apply_gradients(zip(grads, variables)), finite)
-    return loss, correct_count(logits, labels), finite, codes[0]
+    return loss, correct, finite, codes[0]
 
   return train_step
 

@@ -41,7 +41,7 @@ RECENT_STEPS = 50
 # for ResNet-20 on this loaded 2-core machine; ResNet-50's first step is minutes.
 STARTUP_SECONDS = 120
 # Kinds of work: the input of a step belongs to the step.
-KINDS = {"input": "step", "step": "step", "eval": "eval", "checkpoint": "checkpoint"}
+KINDS = {"input": "step", "step": "step", "eval": "eval", "checkpoint": "checkpoint", "export": "export"}
 
 
 def stall_limit(floor_seconds: float, step_seconds: list[float], first_time: bool) -> float:

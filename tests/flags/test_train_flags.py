@@ -51,6 +51,13 @@ def test_defaults_are_valid(tmp_path):
     ({"momentum": 1.0}, World(), "--momentum"),
     ({"decay_epochs": ["ten"]}, World(), "--decay_epochs"),
     ({"model_dir": ""}, World(), "--model_dir"),
+    ({"accumulation_steps": 0}, World(), "--accumulation_steps"),
+    ({"global_batch_size": 64, "accumulation_steps": 3}, World(size=2), "--global_batch_size"),
+    ({"batch_size": 250, "accumulation_steps": 4}, World(size=2), "--batch_size"),  # 2000 > 1497
+    ({"eval_every": -1}, World(), "--eval_every"),
+    ({"target_top1": 75.9}, World(), "--target_top1"),  # a percentage, not a fraction
+    ({"target_top5": -0.5}, World(), "--target_top5"),
+    ({"target_top1": 0.5, "dataset": "synthetic"}, World(), "--target_top1"),  # no held-out split
 ])
 def test_bad_flags(overrides, world, must_name):
   message = error(world, **overrides)
@@ -61,6 +68,17 @@ def test_bad_flags(overrides, world, must_name):
 def test_global_batch_divides_by_ranks():
   config = flags.build_config(values(global_batch_size=64), World(size=4))
   assert (config.data.batch_size, config.data.global_batch) == (16, 64)
+
+
+@pytest.mark.parametrize("overrides, world, batch, step_batch, global_batch", [
+    ({"batch_size": 8}, World(size=4), 8, 8, 32),
+    ({"batch_size": 8, "accumulation_steps": 4}, World(size=1), 8, 32, 32),  # the same update on 1 rank
+    ({"global_batch_size": 64, "accumulation_steps": 4}, World(size=2), 8, 32, 64),
+    ({"global_batch_size": 64, "accumulation_steps": 8}, World(size=8), 1, 8, 64),
+])
+def test_accumulation_multiplies_the_global_batch(overrides, world, batch, step_batch, global_batch):
+  d = flags.build_config(values(**overrides), world).data
+  assert (d.batch_size, d.step_batch, d.global_batch) == (batch, step_batch, global_batch)
 
 
 def test_missing_data_dir(tmp_path):

@@ -86,3 +86,15 @@ def test_looks_complete(jpegs):
   for data, want in [(jpegs[0], True), (jpegs[0][:len(jpegs[0]) // 2], False), (png, True),
                      (png[:-20], False), (b"", False), (b"GIF89a....", True)]:
     assert bool(P.looks_complete(tf.constant(data))) is want, data[:12]
+
+
+@pytest.mark.parametrize("height, width", [(300, 400), (257, 256), (64, 48)])
+def test_portable_eval_image_equals_the_kernels_up_to_rounding(height, width):
+  # The SavedModel's preprocessing (training/export.py) is TensorFlow's own resize + normalise.
+  rng = np.random.default_rng(height)
+  pixels = np.cumsum(rng.integers(0, 9, (height, width, 3)), axis=1).astype(np.uint8)  # smooth ramps
+  encoded = tf.io.encode_jpeg(pixels)
+  kernel = P.eval_image(encoded, 32, MEAN, STD).numpy()
+  portable = P.eval_image(encoded, 32, MEAN, STD, portable=True).numpy()
+  assert portable.shape == kernel.shape == (32, 32, 3)
+  np.testing.assert_allclose(portable, kernel, atol=1e-4)

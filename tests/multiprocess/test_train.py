@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import psutil
 import pytest
 
@@ -93,3 +94,51 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path):
   summary = summary_of(second)
   assert summary["steps"] == 3 * (1497 // 64)
   assert summary["replicas_identical"] is True
+
+
+def test_accumulating_4_micro_batches_on_1_rank_equals_4_ranks(tmp_path, digits_dir):
+  # The same global batch of 32, as 4 ranks x 8 or as 1 rank x 8 x 4 accumulation steps: the
+  # same steps per epoch, the same LR schedule (warmup and peak from the global batch), and,
+  # for a model without BatchNorm, the same weights after 3 updates up to float rounding.
+  script = "tests/multiprocess/scripts/accumulation_check.py"
+  common = (f"--data_dir={digits_dir}", "--batch_size=8", "--warmup_epochs=0.5", "--warmup_start_lr=0.05")
+  ranks = horovodrun(4, "python", script, *common, "--accumulation_steps=1", f"--out={tmp_path}/ranks.npz",
+                     check=True, timeout=400)
+  assert ranks.stdout.count("OK rank") == 4, ranks.stdout
+  one = subprocess.run([sys.executable, script, *common, "--accumulation_steps=4",
+                        f"--out={tmp_path}/one.npz"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+  assert one.returncode == 0, one.stderr[-3000:]
+  a, b = np.load(tmp_path / "ranks.npz"), np.load(tmp_path / "one.npz")
+  assert int(a["global_batch"]) == int(b["global_batch"]) == 32
+  assert int(a["steps_per_epoch"]) == int(b["steps_per_epoch"]) == 1497 // 32
+  np.testing.assert_array_equal(a["lrs"], b["lrs"])
+  arrays = [k for k in a.files if k.startswith("arr_")]
+  assert len(arrays) == 8  # 4 variables after training, then before
+  for after, before in zip(arrays[:4], arrays[4:]):
+    np.testing.assert_allclose(a[after], b[after], rtol=1e-5, atol=1e-6)
+    assert np.abs(a[after] - a[before]).max() > 1e-3  # the updates moved them well past the tolerance
+
+
+def test_held_out_top1_and_top5_are_counts_over_every_rank():
+  proc = horovodrun(2, "python", "tests/multiprocess/scripts/evaluation_check.py", check=True, timeout=300)
+  assert proc.stdout.count("OK rank") == 2, proc.stdout
+
+
+def test_a_target_stops_every_rank_at_the_same_evaluation(tmp_path):
+  proc = horovodrun(2, *train_args(tmp_path, "--max_steps=300", "--eval_every=5", "--target_top1=0.3",
+                                   "--warmup_epochs=0.5", "--noexport"), check=True, timeout=400)
+  summary = summary_of(proc)
+  step = summary["target_step"]
+  assert summary["status"] == "reached" and summary["target_reached"] is True
+  assert step % 5 == 0 or step % (1497 // 64) == 0, summary  # --eval_every, or an epoch end
+  assert summary["steps"] == step < 300, summary
+  assert 0 < summary["time_to_target_seconds"] <= summary["wall_seconds"]
+  assert summary["final_top1"] >= 0.3 and 0 < summary["final_top1"] <= summary["final_top5"] <= 1
+  # Every rank left the loop after the same step: otherwise the weights differ, or the final
+  # comparison (a collective) waits for a rank still training and the run never ends.
+  assert summary["replicas_identical"] is True
+  tops = [float(t) for t in re.findall(r"eval top1 ([0-9.]+)  top5", proc.stderr)]
+  assert tops[-1] >= 0.3 and all(t < 0.3 for t in tops[:-1]), tops  # the first evaluation that reached it
+  line = rf"target reached: --target_top1=0.3 at step {step} \(epoch"
+  assert re.search(line, proc.stderr), proc.stderr[-2000:]
+  assert not os.path.exists(tmp_path / "export")

@@ -58,3 +58,52 @@ def test_eval_step_counts_top1_and_top5_hits(labels, top1, top5):
   model = lambda images, training: logits
   loss_sum, hits1, hits5, count = step_lib.make_eval_step(model)(tf.zeros([2, 1]), tf.constant(labels)).numpy()
   assert (hits1, hits5, count) == (top1, top5, 2) and loss_sum > 0
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_k_micro_batches_make_the_update_of_one_batch_k_times_larger(k):
+  # Without BatchNorm the mean loss over K * B images is the mean of the K micro-batches' means.
+  rng = np.random.default_rng(1)
+  images = tf.constant(rng.standard_normal((4 * k, 4), np.float32))
+  labels = tf.constant(rng.integers(0, 8, 4 * k))
+  results = {}
+  for steps in (1, k):
+    model, optimizer = tiny()
+    train_step = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"),
+                                          num_classes=8, accumulation_steps=steps)
+    loss, correct, finite, _ = train_step(images, tf.cast(labels, tf.int32), tf.constant(0.5))
+    results[steps] = (float(loss), float(correct), bool(finite), weights(model))
+  (loss1, correct1, finite1, w1), (lossk, correctk, finitek, wk) = results[1], results[k]
+  assert finite1 and finitek and correct1 == correctk and loss1 == pytest.approx(lossk, rel=1e-6)
+  assert any(not np.array_equal(a, b) for a, b in zip(w1, weights(tiny()[0])))  # the update moved them
+  for a, b in zip(w1, wk):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_batchnorm_normalises_each_micro_batch():
+  # Goyal et al.'s per-worker n: with K=2 the BatchNorm batch is half the step's images, so
+  # two micro-batches of different means give another update than one batch of both.
+  def run(steps):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.BatchNormalization(), keras.layers.Dense(8)])
+    optimizer = keras.optimizers.SGD(0.0)
+    optimizer.build(model.trainable_variables)
+    train_step = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"),
+                                          num_classes=8, accumulation_steps=steps)
+    images = tf.concat([tf.zeros([4, 4]), tf.reshape(tf.range(16, dtype=tf.float32), [4, 4]) + 10], 0)
+    _, _, finite, _ = train_step(images, tf.constant([0, 1, 2, 3, 4, 5, 6, 7]), tf.constant(0.5))
+    assert bool(finite)
+    return weights(model)
+  assert any(not np.allclose(a, b) for a, b in zip(run(1), run(2)))
+
+
+def test_a_non_finite_micro_batch_skips_the_whole_update():
+  model, optimizer = tiny()
+  train_step = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"),
+                                        num_classes=8, accumulation_steps=3)
+  before = weights(model)
+  images = tf.concat([tf.ones([4, 4]), tf.ones([2, 4]) * np.nan], 0)  # only the third micro-batch
+  _, _, finite, _ = train_step(images, tf.zeros([6], tf.int32), tf.constant(0.1))
+  assert not bool(finite)
+  for a, b in zip(before, weights(model)):
+    np.testing.assert_array_equal(a, b)

@@ -1,0 +1,71 @@
+"""Gradient accumulation against more ranks: run it under horovodrun -np 4 with
+--accumulation_steps=1, or as one process with --accumulation_steps=4 (and any
+other train.py flags, e.g. --batch_size=8 --data_dir=DIGITS_DIR). Both see the same
+global batches, split into the same micro-batches: rank r's batch of 4 ranks is
+micro-batch r of the one process. Each trains a model without BatchNorm for
+STEPS updates with train.py's step, optimizer, exchange and LR schedule; rank 0
+writes the weights (after, then before), the steps per epoch and the whole LR schedule to --out (.npz).
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
+
+import horovod.tensorflow as hvd  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from absl import app  # noqa: E402
+from absl import flags as absl_flags  # noqa: E402
+
+import comm  # noqa: E402
+from comm import sync  # noqa: E402
+from comm.exchange import make_gradient_exchange  # noqa: E402
+from flags import train_flags  # noqa: E402
+from input import pipeline  # noqa: E402
+from optimizers import build_optimizer, precision, schedules  # noqa: E402
+from training.step import make_train_step  # noqa: E402
+
+STEPS = 3
+train_flags.define_flags()
+OUT = absl_flags.DEFINE_string("out", "", "Where rank 0 writes the .npz of weights and schedule.")
+
+
+def main(argv):
+  world = comm.init(hvd, 0)
+  config = train_flags.build_config(absl_flags.FLAGS, world)
+  d = config.data
+  pipeline.prepare(d, world)
+  steps_per_epoch = pipeline.build(d, world, config.run.seed).steps_per_epoch
+  schedule = schedules.from_epochs(   # as train.py lays it out
+      base_lr=config.optim.base_lr, global_batch=d.global_batch, steps_per_epoch=steps_per_epoch,
+      epochs=config.run.epochs, warmup_epochs=config.optim.warmup_epochs,
+      warmup_start_lr=config.optim.warmup_start_lr, kind=config.optim.lr_schedule,
+      decay_epochs=config.optim.decay_epochs)
+
+  keras.utils.set_random_seed(0)  # the same initial weights in either launch
+  model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(4, 3, activation="relu"),
+                            keras.layers.Flatten(), keras.layers.Dense(10)])
+  optimizer = build_optimizer(config.optim, model.trainable_variables)
+  sync.broadcast_state(hvd, model.variables + optimizer.variables)
+  step = make_train_step(model, optimizer, make_gradient_exchange(hvd, config.comm, world),
+                         precision.for_precision("fp32"), 10, agree=sync.agree_max(hvd),
+                         accumulation_steps=d.accumulation_steps)
+  initial = [v.numpy() for v in model.trainable_variables]
+  rng = np.random.default_rng(7)
+  mine = slice(world.rank * d.step_batch, (world.rank + 1) * d.step_batch)
+  for s in range(STEPS):
+    images = rng.standard_normal((d.global_batch, 8, 8, 1)).astype(np.float32)
+    labels = rng.integers(0, 10, d.global_batch).astype(np.int32)
+    lr = tf.constant(schedule(s), tf.float32)
+    _, _, finite, _ = step(tf.constant(images[mine]), tf.constant(labels[mine]), lr)
+    assert bool(finite)
+  if world.is_chief:
+    np.savez(OUT.value, *[v.numpy() for v in model.trainable_variables], *initial,
+             steps_per_epoch=steps_per_epoch, global_batch=d.global_batch,
+             lrs=[schedule(s) for s in range(schedule.total_steps)])
+  print(f"OK rank {world.rank}", flush=True)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,48 @@
+"""Run under horovodrun -np 2: training.evaluation.held_out's top-1, top-5 and loss are counts
+over every rank's examples, not a mean of rank means. Rank 0 holds 3 examples, each labelled
+with the model's first choice; rank 1 holds 9 in batches of 4 (a short last batch), 3 labelled
+with its second choice and 6 with its last: globally 3 of 12 top-1 hits and 6 of 12 top-5 hits
+(a mean of rank means would say 0.5 and 0.67). Prints 'OK rank N'."""
+import os
+import sys
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
+
+import horovod.tensorflow as hvd  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import comm  # noqa: E402
+from comm import sync  # noqa: E402
+from training import evaluation  # noqa: E402
+from training.step import make_eval_step  # noqa: E402
+
+
+def main():
+  world = comm.init(hvd, 0)
+  assert world.size == 2
+  keras.utils.set_random_seed(world.rank)  # different weights until the broadcast
+  model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(10)])
+  sync.broadcast_state(hvd, model.variables)
+  count = 3 if world.rank == 0 else 9
+  images = np.random.default_rng(10 + world.rank).standard_normal((count, 6)).astype(np.float32)
+  ranking = np.argsort(-model(images).numpy(), axis=1)  # classes from the first choice to the last
+  choice = [0] * 3 if world.rank == 0 else [1] * 3 + [9] * 6
+  labels = ranking[np.arange(count), choice].astype(np.int32)
+  dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(4)
+
+  held = evaluation.held_out(make_eval_step(model), dataset,
+                             lambda sums: hvd.allreduce(sums, op=hvd.Sum, name="eval_totals"))
+  assert held.count == 12 and held.top1 == 3 / 12 and held.top5 == 6 / 12, held
+  # The loss: the mean over all 12 examples, from every rank's logits gathered here.
+  logits = hvd.allgather(model(images)).numpy().astype(np.float64)
+  every = hvd.allgather(tf.constant(labels)).numpy()
+  log_softmax = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) \
+      - logits.max(1, keepdims=True)
+  np.testing.assert_allclose(held.loss, -log_softmax[np.arange(12), every].mean(), rtol=1e-5)
+  print(f"OK rank {world.rank}", flush=True)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,49 @@
+"""training/export.py: the SavedModel of a real run, loaded in a fresh process that never
+loaded the project's kernel, gets the run's own held-out top-1 from encoded images."""
+import json
+import os
+
+from conftest import python
+
+# A fresh interpreter: only TensorFlow and the records' parser, no model code, no input/kernels.
+SERVE = """
+import json, sys
+import tensorflow as tf
+from input import records
+serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+data = tf.data.TFRecordDataset(records.shard_paths(sys.argv[2], "eval")).map(records.parse_example).batch(64)
+hits = count = 0
+for encoded, labels in data:
+  out = serve(images=encoded)
+  probabilities, top5 = out["probabilities"].numpy(), out["top5_classes"].numpy()
+  assert abs(probabilities.sum(1) - 1).max() < 1e-5 and (top5[:, 0] == probabilities.argmax(1)).all()
+  hits += int((top5[:, 0] == labels.numpy()).sum())
+  count += len(labels)
+assert "input.image_ops" not in sys.modules
+print(json.dumps({"top1": hits / count, "count": count}))
+"""
+
+
+def test_the_export_serves_the_runs_held_out_top1_in_a_fresh_process(tmp_path, digits_dir):
+  # A target out of reach, too: the run says so and still exits 0 and exports.
+  run = python("train.py", f"--model_dir={tmp_path}", f"--data_dir={digits_dir}", "--max_steps=25",
+               "--warmup_epochs=0.2", "--target_top1=1", "--stall_timeout=0", timeout=400)
+  assert run.returncode == 0, run.stderr[-3000:]
+  summary = json.loads(run.stdout.strip().splitlines()[-1])
+  assert summary["target_reached"] is False and summary["time_to_target_seconds"] is None
+  assert "target not reached: --target_top1=1 by the end, step 25" in run.stderr
+  assert summary["export"] == os.path.join(tmp_path, "export")
+  assert 0.2 < summary["final_top1"] < 1  # trained (chance: 0.1), and not every image right
+  served = python("-c", SERVE, summary["export"], digits_dir, timeout=300)
+  assert served.returncode == 0, served.stderr[-3000:]
+  got = json.loads(served.stdout.strip().splitlines()[-1])
+  assert got["count"] == 300
+  assert abs(got["top1"] - summary["final_top1"]) < 1e-6, (got, summary["final_top1"])
+
+
+def test_noexport_writes_none(tmp_path, digits_dir):
+  run = python("train.py", f"--model_dir={tmp_path}", f"--data_dir={digits_dir}", "--max_steps=1",
+               "--export=false", "--stall_timeout=0", timeout=400)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert "export" not in json.loads(run.stdout.strip().splitlines()[-1])
+  assert not os.path.exists(tmp_path / "export")

@@ -1,0 +1,54 @@
+"""The model a user serves: a SavedModel that takes encoded images and returns class
+probabilities and the top-5 classes, with the evaluation preprocessing inside.
+
+  model = tf.saved_model.load("<model_dir>/export")
+  out = model.signatures["serving_default"](images=tf.constant([open("cat.jpg", "rb").read()]))
+  out["probabilities"], out["top5_classes"]
+
+The preprocessing is input/preprocessing.held_out_image with TensorFlow's own
+ops (portable), not the project's kernel, so the SavedModel loads wherever
+TensorFlow does: TF Serving, or a process that never built input/kernels.
+"""
+import os
+import shutil
+
+import tensorflow as tf
+
+from flags.config import DatasetInfo
+from input import preprocessing
+
+EXPORT_DIR = "export"  # under --model_dir
+
+
+def serving_function(model, info: DatasetInfo):
+  """A tf.function serve(images: string (N,) of encoded JPEG/PNG/GIF/BMP bytes) ->
+  {probabilities: float32 (N, classes), top5_classes: int32 (N, min(5, classes)),
+  top5_probabilities: float32 (N, min(5, classes))}: each image prepared as the held-out
+  split is (central crop for ImageNet-like sets, as it is for digits), then the model."""
+  k = min(5, info.num_classes)
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
+  def serve(images):
+    pixels = tf.map_fn(lambda encoded: preprocessing.held_out_image(encoded, info, portable=True), images,
+                       fn_output_signature=tf.TensorSpec(info.image_shape, tf.float32))
+    probabilities = tf.nn.softmax(tf.cast(model(pixels, training=False), tf.float32))
+    top = tf.math.top_k(probabilities, k=k)
+    return {"probabilities": probabilities, "top5_classes": top.indices, "top5_probabilities": top.values}
+
+  return serve
+
+
+def export(model, info: DatasetInfo, model_dir: str) -> str:
+  """Write the SavedModel to <model_dir>/export/ (replacing an older one) and return its path.
+
+  Written beside it first and renamed, so a reader never finds half a SavedModel.
+  """
+  path = os.path.join(model_dir, EXPORT_DIR)
+  tmp = f"{path}.tmp-{os.getpid()}"
+  module = tf.Module()
+  module.model = model  # tracked: the SavedModel holds its variables
+  module.serve = serving_function(model, info)
+  tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
+  shutil.rmtree(path, ignore_errors=True)
+  os.replace(tmp, path)
+  return path
