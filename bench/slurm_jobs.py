@@ -26,7 +26,6 @@ LOCAL_SLURM = os.path.join(REPO, "scripts", "slurm", "local-slurm.sh")
 CLUSTER_SH = os.path.join(REPO, "scripts", "cluster", "cluster.sh")
 JOB_TIMEOUT = 420  # seconds; a run is ~1 minute on an idle machine, several on one shared by many
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
-EXIT_LINE = r"_job_complete: JobId={} (WEXITSTATUS|WTERMSIG) (\d+)"
 
 
 def env() -> dict:
@@ -199,12 +198,6 @@ class Cluster:
     """CMD on the cluster's first host (where clients reach slurmctld), as a user would run it."""
     return subprocess.run(["bash", CLUSTER_SH, "run", *cmd], cwd=REPO, env=self.env, capture_output=True,
                           text=True, timeout=timeout)
-
-  def exit_statuses(self, job_id: str) -> list[int]:
-    """Each finished run's batch script status, from slurmctld's log: N for `exit N`, -S for signal S."""
-    log = read(os.path.join(self.directory, "log", "slurmctld.log"))
-    found = re.findall(EXIT_LINE.format(job_id), log)
-    return [int(n) if kind == "WEXITSTATUS" else -int(n) for kind, n in found]
 
 
 class SbatchJob:
