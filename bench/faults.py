@@ -34,6 +34,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 PYTHON = sys.executable
 
+from bench import faults_slurm  # noqa: E402
 from progress import emit, write_json_atomic  # noqa: E402
 STEP_LINE = re.compile(r"step +(\d+)/\d+")
 USER_LINE = re.compile(r"^(?:\[\d+(?:,\d+)?\]<std\w+>:)?((?:stopped|stalled|diverged|error|checkpoint)\b.*)$", re.M)
@@ -451,9 +452,10 @@ def main(argv=None):
   parser.add_argument("--out_dir", default=os.path.join(REPO, "results"))
   args = parser.parse_args(argv)
   chosen = [f for f in FAULTS if not args.only or f.name in args.only.split(",")]
-  unknown = set(filter(None, args.only.split(","))) - {f.name for f in FAULTS}
+  unknown = set(filter(None, args.only.split(","))) - {f.name for f in FAULTS} - set(faults_slurm.NAMES)
   if unknown:
-    parser.error(f"unknown faults {sorted(unknown)}; choose from {', '.join(f.name for f in FAULTS)}")
+    parser.error(f"unknown faults {sorted(unknown)}; choose from "
+                 f"{', '.join([f.name for f in FAULTS] + list(faults_slurm.NAMES))}")
   start = time.time()
   rows = []
   report = os.path.join(args.out_dir, "faults.json")
@@ -469,6 +471,13 @@ def main(argv=None):
       rows, seconds = merged([row], report, time.time() - start)
       start = time.time()
       write_report(rows, args.out_dir, seconds)
+    slurm_rows, slurm_note = faults_slurm.rows(args.only, workdir)  # Slurm on 2 emulated hosts (root)
+    for row in slurm_rows:
+      rows, seconds = merged([row], report, time.time() - start)
+      start = time.time()
+      write_report(rows, args.out_dir, seconds)
+  if slurm_note:
+    faults_slurm.add_note(args.out_dir, slurm_note)
   emit(table(rows), sys.stdout)
 
 

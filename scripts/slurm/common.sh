@@ -108,10 +108,13 @@ run_step() {
 
 # After the step: a preempted run that stopped resumable (75) goes back in
 # the queue if the job may be requeued (sbatch --requeue, or the cluster's
-# JobRequeue=1). Exits with the step's status.
+# JobRequeue=1). Exits with the step's status, printed first: without
+# accounting Slurm keeps no run's status once the job is requeued
+# (scontrol shows ExitCode=0:0 from then on).
 finish() {
   local rc=$1
   trap '' USR1 TERM INT  # requeueing ends this run with a SIGTERM: nothing left to pass on
+  echo "job $SLURM_JOB_ID: run ${SLURM_RESTART_COUNT:-0} exits $rc"
   if (( PREEMPTED )) && [ "$rc" = 75 ]; then
     if scontrol show job "$SLURM_JOB_ID" | grep -q '\bRequeue=1\b'; then
       echo "job $SLURM_JOB_ID: requeued; the next run resumes from $MODEL_DIR"

@@ -11,76 +11,34 @@ munge), running the project's sbatch scripts as a user would submit them:
 
 Installs the Debian packages when they are missing (root, apt-get). Skipped,
 with the reason, where that or starting the daemons is impossible; daemons and
-the emulated cluster are stopped afterwards whatever happened.
+the emulated cluster are stopped afterwards whatever happened. The machinery (starting Slurm,
+submitting, waiting, the processes in the hosts) is bench/slurm_jobs.py's, which `make faults`
+reports times with (bench/faults_slurm.py).
 """
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
+from bench import slurm_jobs
+from bench.slurm_jobs import checkpoints, ended, read, running, wait_job
 from conftest import REPO, _env
 
 pytestmark = pytest.mark.multiprocess
 
-LOCAL_SLURM = os.path.join(REPO, "scripts", "slurm", "local-slurm.sh")
-CLUSTER_SH = os.path.join(REPO, "scripts", "cluster", "cluster.sh")
 # A cluster of the tests' own, so one a user has up (imc, 198.18.0.0/24) is never touched.
 CLUSTER, SUBNET = "imcslurmt", "198.18.11"
 HOSTS = (f"{CLUSTER}-h1", f"{CLUSTER}-h2")
-JOB_TIMEOUT = 420  # seconds; a run is ~1 minute on an idle machine, several on one shared by many
-
-
-def _alive(pid):
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  return True
-
-
-def _started(pid):
-  """PID's start time (clock ticks since boot), or None once it has ended: gone, or a zombie
-  that its parent (here often the machine's init, for daemons' orphans) has yet to reap."""
-  try:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-  except (FileNotFoundError, ProcessLookupError):
-    return None
-  return None if fields[0] in "ZX" else int(fields[19])
-
-
-def _running(started):
-  """Which of {pid: start time} still run; the start time tells a reused pid from the one seen."""
-  return sorted(p for p, t in started.items() if _started(p) == t)
-
-
-def _daemon_pids(directory):
-  """The pids in DIRECTORY's pid files (munged, slurmctld, every slurmd)."""
-  files = [os.path.join(directory, f) for f in os.listdir(directory) if f.endswith(".pid")]
-  files.append(os.path.join(directory, "munge", "munged.pid"))
-  return [int(open(f).read()) for f in files if os.path.exists(f)]
 
 
 def _install_or_skip():
-  if sys.platform != "linux" or os.geteuid() != 0:
-    pytest.skip("needs root on Linux to install and start slurmctld, slurmd and munged")
-  if not shutil.which("apt-get") and not shutil.which("slurmctld"):
-    pytest.skip("Slurm is not installed and there is no apt-get to install Debian's slurm-wlm")
-  install = subprocess.run(["bash", LOCAL_SLURM, "install"], capture_output=True, text=True, timeout=900)
-  if install.returncode:
-    pytest.skip(f"could not install Slurm: {install.stderr.strip()[-500:]}")
-
-
-def _stop(directory, env):
-  pids = _daemon_pids(directory)
-  subprocess.run(["bash", LOCAL_SLURM, "stop", directory], env=env, capture_output=True, timeout=120)
-  shutil.rmtree(directory, ignore_errors=True)
-  return [p for p in pids if _alive(p)]
+  why = slurm_jobs.unavailable()
+  if why:
+    pytest.skip(why)
 
 
 @pytest.fixture(scope="module")
@@ -90,130 +48,34 @@ def slurm():
   # munged (as the munge user) must reach its key and socket: not under pytest's 0700 tmp.
   directory = tempfile.mkdtemp(prefix="local-slurm-", dir="/tmp")
   try:
-    start = subprocess.run(["bash", LOCAL_SLURM, "start", directory], capture_output=True, text=True,
-                           timeout=120)
-    if start.returncode:
-      pytest.skip(f"Slurm did not start: {start.stderr.strip()[-800:]}")
+    why = slurm_jobs.start(directory, _env())
+    if why:
+      pytest.skip(why)
     yield dict(_env(), SLURM_CONF=os.path.join(directory, "slurm.conf")), directory
   finally:
-    outlived = _stop(directory, _env())
+    outlived = slurm_jobs.stop(directory, _env())
   assert not outlived, f"Slurm or munge daemons {outlived} outlived stop"
-
-
-def namespace_pids():
-  """Every pid in the test cluster's host namespaces."""
-  pids = set()
-  for host in HOSTS:
-    out = subprocess.run(["ip", "netns", "pids", host], capture_output=True, text=True).stdout
-    pids.update(int(p) for p in out.split())
-  return pids
 
 
 @pytest.fixture(scope="module")
 def slurm_cluster():
-  """A Slurm of 2 emulated hosts: its environment (SLURM_CONF, the cluster's name), its directory,
-  and the pids in the hosts' namespaces with no job running (the daemons)."""
+  """A Slurm of 2 emulated hosts (bench.slurm_jobs.Cluster), its daemons' pids in `daemons`."""
   _install_or_skip()
-  env = dict(_env(), CLUSTER=CLUSTER, CLUSTER_SUBNET=SUBNET)
-  probe = subprocess.run(["ip", "netns", "add", f"{CLUSTER}-probe"], capture_output=True, text=True)
-  if probe.returncode:
-    pytest.skip(f"the kernel refuses network namespaces: {probe.stderr.strip()}")
-  subprocess.run(["ip", "netns", "del", f"{CLUSTER}-probe"], capture_output=True)
-  subprocess.run(["bash", CLUSTER_SH, "down"], env=env, capture_output=True, timeout=120)
-  directory = tempfile.mkdtemp(prefix="local-slurm-cluster-", dir="/tmp")
+  cluster = slurm_jobs.Cluster(CLUSTER, SUBNET)
   try:
-    start = subprocess.run(["bash", LOCAL_SLURM, "start-cluster", directory, "2"], env=env,
-                           capture_output=True, text=True, timeout=180)
-    if start.returncode:
-      pytest.skip(f"Slurm did not start on the emulated cluster: {start.stderr.strip()[-800:]}")
-    env["SLURM_CONF"] = os.path.join(directory, "slurm.conf")
-    yield env, directory, namespace_pids()
+    why = cluster.start()
+    if why:
+      pytest.skip(f"on the emulated cluster: {why}")
+    yield cluster
   finally:
-    outlived = _stop(directory, env)
-    # stop brings down the cluster start-cluster brought up; this makes sure, after any failure.
-    subprocess.run(["bash", CLUSTER_SH, "down"], env=env, capture_output=True, timeout=120)
-    spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-  assert not outlived, f"Slurm or munge daemons {outlived} outlived stop"
-  assert f"{CLUSTER}-" not in spaces, f"namespaces left behind:\n{spaces}"
+    left = cluster.stop()
+  assert not left, left
 
 
-def on_head(env, *cmd, timeout=60):
-  """CMD on the cluster's first host (where clients reach slurmctld), as a user would run it."""
-  return subprocess.run(["bash", CLUSTER_SH, "run", *cmd], cwd=REPO, env=env, capture_output=True,
-                        text=True, timeout=timeout)
-
-
-def job_state(env, job_id, run=None):
-  """(JobState, ExitCode, Restarts) of JOB_ID; RUN runs scontrol (default: on the head host)."""
-  cmd = ["scontrol", "show", "job", job_id]
-  out = (run(*cmd) if run else on_head(env, *cmd)).stdout
-  fields = [re.search(rf"\b{k}=(\S+)", out) for k in ("JobState", "ExitCode", "Restarts")]
-  return tuple(m.group(1) if m else "UNKNOWN" for m in fields)
-
-
-def wait_job(env, job_id, until, timeout=JOB_TIMEOUT, run=None):
-  """Poll until UNTIL(state) is true (sbatch --wait backs off to 30 s between checks); the last state."""
-  deadline = time.time() + timeout
-  state = job_state(env, job_id, run)
-  while not until(state) and time.time() < deadline:
-    time.sleep(1)
-    state = job_state(env, job_id, run)
-  return state
-
-
-def ended(state):
-  return state[0] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
-
-
-def read(path):
-  return open(path).read() if os.path.exists(path) else ""
-
-
-def wait_for_line(path, pattern, env, job_id, timeout=JOB_TIMEOUT):
-  """The first match of PATTERN in the job's log, waiting while the job runs."""
-  deadline = time.time() + timeout
-  while time.time() < deadline:
-    match = re.search(pattern, read(path), re.M)
-    if match:
-      return match
-    if ended(job_state(env, job_id)):
-      break
-    time.sleep(0.5)
-  raise AssertionError(f"job {job_id} never printed /{pattern}/\n{read(path)[-4000:]}")
-
-
-class Job:
+def Job(cluster, tmp_path, digits_dir, *train_flags, sbatch=(), **env):
   """A job cpu_nodes.sbatch runs on the 2 hosts, 1 rank each; cancelled on exit if still there."""
-
-  def __init__(self, cluster, tmp_path, digits_dir, *train_flags, sbatch=(), **env):
-    self.env = cluster[0]
-    self.model_dir = str(tmp_path / "model")
-    self.env = dict(self.env, PYTHON=sys.executable, MODEL_DIR=self.model_dir, **env)
-    self.out_pattern = str(tmp_path / "job-%j.out")
-    submit = on_head(self.env, "sbatch", "--parsable", "-N", "2", "--ntasks-per-node=1",
-                     "--cpus-per-task=1", f"--output={self.out_pattern}", *sbatch,
-                     "scripts/slurm/cpu_nodes.sbatch", f"--data_dir={digits_dir}", *train_flags)
-    assert submit.returncode == 0, submit.stderr
-    self.id = submit.stdout.strip().split(";")[0]
-    self.out = self.out_pattern.replace("%j", self.id)
-
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *_):
-    on_head(self.env, "scancel", "--signal=KILL", "--full", self.id)
-
-  def log(self):
-    return read(self.out)
-
-  def wait(self, until=ended, timeout=JOB_TIMEOUT):
-    return wait_job(self.env, self.id, until, timeout)
-
-
-def checkpoints(model_dir):
-  """Steps of the checkpoints in MODEL_DIR (files ckpt-N.index)."""
-  names = os.listdir(model_dir) if os.path.isdir(model_dir) else []
-  return sorted(int(m.group(1)) for m in (re.fullmatch(r"ckpt-(\d+)\.index", n) for n in names) if m)
+  return slurm_jobs.SbatchJob(cluster, str(tmp_path), f"--data_dir={digits_dir}", *train_flags, sbatch=sbatch,
+                              **env)
 
 
 def assert_ranks_on_both_hosts(log, launcher):
@@ -240,7 +102,7 @@ def test_sbatch_script_trains_two_ranks_under_srun(slurm, digits_dir):
   def local(*cmd):
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
   try:
-    state = wait_job(env, job_id, ended, run=local)
+    state = wait_job(local, job_id, ended)
   finally:
     local("scancel", "--signal=KILL", "--full", job_id)
   log = read(out.replace("%j", job_id))
@@ -276,10 +138,9 @@ def test_preemption_notice_checkpoints_requeues_and_resumes(slurm_cluster, tmp_p
   steps = 30
   with Job(slurm_cluster, tmp_path, digits_dir, f"--max_steps={steps}", "--log_every=1",
            "--keep_checkpoints=10", sbatch=["--requeue"]) as job:
-    seen = int(wait_for_line(job.out, r"step\s+(\d+)/", job.env, job.id).group(1))
+    seen = int(job.wait_for_line(r"step\s+(\d+)/").group(1))
     # What `#SBATCH --signal=B:USR1@N` sends N seconds before the time limit: USR1 to the batch shell.
-    notice = on_head(job.env, "scancel", "--batch", "--signal=USR1", job.id)
-    assert notice.returncode == 0, notice.stderr
+    job.signal("--batch", "--signal=USR1")
     # Requeueing ends the first run as CANCELLED for a moment; the restart count says which run it was.
     state = job.wait(lambda s: ended(s) and (s[0] != "CANCELLED" or s[2] == "0"))
   log = job.log()
@@ -300,19 +161,15 @@ def test_preemption_notice_checkpoints_requeues_and_resumes(slurm_cluster, tmp_p
 
 def test_scancel_checkpoints_and_leaves_no_process(slurm_cluster, tmp_path, digits_dir):
   # Needs train.py's stop contract (SIGTERM -> checkpoint at the step, "stopped:", exit 75).
-  _, _, daemons = slurm_cluster
   with Job(slurm_cluster, tmp_path, digits_dir, "--max_steps=400", "--log_every=1") as job:
-    wait_for_line(job.out, r"step\s+\d+/", job.env, job.id)
+    job.wait_for_line(r"step\s+\d+/")
     before = checkpoints(job.model_dir)
     # Every process of the job runs in the hosts' namespaces: what is there now beyond the daemons.
-    job_pids = {p: _started(p) for p in namespace_pids() - daemons}
+    job_pids = slurm_cluster.job_pids()
     assert job_pids, "no process of the job found in the hosts' namespaces"
-    cancel = on_head(job.env, "scancel", job.id)
-    assert cancel.returncode == 0, cancel.stderr
+    job.signal()
     state = job.wait()
-    deadline = time.time() + 60  # the job's state is final before its last processes are reaped
-    while (_running(job_pids) or namespace_pids() - daemons) and time.time() < deadline:
-      time.sleep(0.5)
+    slurm_cluster.wait_quiet(60, job_pids)  # the job's state is final before its last processes are reaped
   log = job.log()
   assert state[0] == "CANCELLED", f"job {job.id}: {state}\n{log[-4000:]}"
   stopped = re.search(r"^stopped: .*?\bstep (\d+)", log, re.M)
@@ -320,7 +177,7 @@ def test_scancel_checkpoints_and_leaves_no_process(slurm_cluster, tmp_path, digi
   after = checkpoints(job.model_dir)
   assert int(stopped.group(1)) in after and max(after) > max(before, default=0), (before, after)
   assert "requeued" not in log  # a cancel is not a preemption
-  left = _running(job_pids)
+  left = running(job_pids)
   assert not left, f"processes of job {job.id} outlived it: {left}"
   # Nor any the job started after the pids were taken: the hosts hold the daemons alone again.
-  assert namespace_pids() - daemons == set(), f"processes left in the hosts: {namespace_pids() - daemons}"
+  assert not slurm_cluster.job_pids(), f"processes left in the hosts: {slurm_cluster.job_pids()}"
