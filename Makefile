@@ -4,10 +4,12 @@ PY := .venv/bin/python
 # Open MPI refuses root unless told; horovodrun passes these through.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
-# mpirun answers SIGTERM/SIGINT by sending the ranks SIGTERM and, 1 s later by
-# default, SIGKILL: too soon for the step and checkpoint a stopping rank
-# finishes first (docs/faults.md). Give them 60 s.
-export OMPI_MCA_odls_base_sigkill_timeout ?= 60
+# mpirun answers SIGTERM/SIGINT, and a rank's non-zero exit, by sending the
+# ranks SIGTERM and, 1 s later by default, SIGKILL: too soon for the step and
+# checkpoint a stopping rank finishes first (docs/faults.md). 10 s: mpirun also
+# sleeps this long in that path when every rank has already exited (60 s kept a
+# stopped job's mpirun alive 2.5 minutes after its ranks were gone).
+export OMPI_MCA_odls_base_sigkill_timeout ?= 10
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 NP ?= 2
 MODEL_DIR ?= runs/train-$(shell date +%Y%m%d-%H%M%S)
