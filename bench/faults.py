@@ -274,7 +274,7 @@ def _last_line(job: Job) -> str:
   lines = job.user_lines()
   if lines:
     return lines[-1]
-  text = [l for l in job.stderr().splitlines() if l.strip() and not STEP_LINE.search(l)]
+  text = [l for l in job.stderr().splitlines() if re.search(r"[A-Za-z]", l) and not STEP_LINE.search(l)]
   return re.sub(r"^\[\d+(?:,\d+)?\]<std\w+>:", "", text[-1]).strip() if text else ""
 
 

@@ -117,7 +117,8 @@ class Watchdog:
     kind = KINDS.get(phase, "setup")
     if timed and kind in self._done_kinds and self.phase in ("input", "step"):
       self._step_seconds = (self._step_seconds + [now - self._progress_time])[-RECENT_STEPS:]
-    self._done_kinds.add(kind)
+    if kind != "setup":  # every stage of the set-up is first-time work (restoring, broadcasting, tracing)
+      self._done_kinds.add(kind)
     self.step, self.phase, self._progress_time = step, phase, now
 
   def close(self) -> None:
