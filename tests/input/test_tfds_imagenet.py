@@ -74,7 +74,7 @@ def test_tfds_builder_output_trains_on_two_ranks(tmp_path):
   # Imported here, not above: run as a script, this file needs tfds alone.
   from bench import samples
   from conftest import REPO, horovodrun
-  from test_input_train import summary_of
+  from test_train_on_sources import summary_of
   files = samples.sample_files()
   manual = manual_dir(tmp_path / "manual", files)
   data_dir = str(tmp_path / "tensorflow_datasets")
