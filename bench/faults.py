@@ -35,21 +35,13 @@ sys.path.insert(0, REPO)
 PYTHON = sys.executable
 
 from bench import faults_slurm  # noqa: E402
+from bench.slurm_jobs import env  # noqa: E402  (the launches' environment, one definition)
 from progress import emit, write_json_atomic  # noqa: E402
 STEP_LINE = re.compile(r"step +(\d+)/\d+")
 USER_LINE = re.compile(r"^(?:\[\d+(?:,\d+)?\]<std\w+>:)?((?:stopped|stalled|diverged|error|checkpoint)\b.*)$", re.M)
 START_TIMEOUT_S = 900  # for the step a fault waits for: a launch on the loaded 2-core machine took minutes
 CHECKPOINT = re.compile(r"^ckpt-(\d+)\.index$")
 
-
-def env() -> dict:
-  e = dict(os.environ)
-  e["PATH"] = os.path.dirname(PYTHON) + os.pathsep + e.get("PATH", "")
-  e["PYTHONPATH"] = REPO + os.pathsep + e.get("PYTHONPATH", "")
-  e.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-  e.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-  e["TF_CPP_MIN_LOG_LEVEL"] = "2"
-  return e
 
 
 def newest_checkpoint(model_dir: str) -> int | None:
