@@ -73,6 +73,27 @@ def horovod_stall_defaults(stall_timeout: float) -> None:
 
 
 def main(argv):
+  """train(), and one line instead of a traceback when another rank dies under it.
+
+  A SIGKILLed Gloo peer left the survivor a Horovod traceback ("Horovod has been shut
+  down ..."); mpirun ends the survivors itself. os._exit: Horovod's exit-time shutdown
+  would wait on the dead peer's transport.
+  """
+  try:
+    train(argv)
+  except Exception as e:  # noqa: BLE001  (anything else is re-raised with its traceback)
+    if not sync.peer_failure(e):
+      raise
+    newest = tf.train.latest_checkpoint(FLAGS.model_dir) if FLAGS.model_dir else None
+    emit(f"error: a collective failed: another rank died or became unreachable "
+         f"({str(e).strip().splitlines()[0][:120]}); this rank stops too (exit {outcome.PEER_LOST}); "
+         f"look for the first rank that ended in the launcher's output; resume with the same command "
+         f"(newest checkpoint {newest or 'none'})")
+    sys.stdout.flush()
+    os._exit(outcome.PEER_LOST)
+
+
+def train(argv):
   if len(argv) > 1:
     fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value (see --helpfull).")
 

@@ -2,6 +2,14 @@
 import numpy as np
 import tensorflow as tf
 
+# What a collective raises on the ranks that survive a peer's death: Horovod's
+# background thread shuts down on the transport's error and every pending and
+# later op fails with "Horovod has been shut down ..." (both strings are in
+# horovod 0.28.1's mpi_lib); Gloo's IoException text may come through instead.
+# A Horovod error of another kind (mismatched shapes: a bug) is not one of these.
+_PEER_WORDS = ("horovod has been shut down", "connection closed by peer", "connection reset by peer",
+               "ioexception")
+
 
 def broadcast_state(hvd, variables, root_rank: int = 0) -> None:
   """Give every rank root_rank's values of these Keras or tf variables.
@@ -50,6 +58,15 @@ def agree_max(hvd):
   and a host sync of its own).
   """
   return lambda codes: hvd.allreduce(codes, op=hvd.Max, name="agree_codes")
+
+
+def peer_failure(error: BaseException) -> bool:
+  """Whether error is a collective failing because another rank died or became unreachable
+  (pure: the exception's type and text; a SIGKILLed Gloo peer left its survivor a traceback)."""
+  if type(error).__name__ == "HorovodInternalError":  # horovod.common.exceptions, elastic mode
+    return True
+  text = str(error).lower()
+  return isinstance(error, (tf.errors.OpError, RuntimeError)) and any(w in text for w in _PEER_WORDS)
 
 
 def fingerprint(variables) -> tf.Tensor:

@@ -9,6 +9,7 @@ OK = 0
 BAD_INPUT = 2   # bad flags, data or topology: fix the command (nothing was trained)
 DIVERGED = 3    # a non-finite loss or gradient stopped every rank: lower the LR, add warmup
 STALLED = 4     # a rank made no progress for the stall limit: the job was ended
+PEER_LOST = 5   # a collective failed: another rank died or became unreachable (resumable)
 STOPPED = 75    # stopped by a signal after a checkpoint: resumable (sysexits' EX_TEMPFAIL)
 # Not an exit status (those end at 255): the held-out metric reached --target_top1/--target_top5,
 # so the run ended early; a success, which exits 0 (exit_status).

@@ -34,6 +34,8 @@ import time
 from training import outcome
 
 HEARTBEAT_SECONDS = 2.0
+# The thread wakes every 0.5 s; a wake-up this late means the process was stopped.
+LATE_WAKE_SECONDS = 2.0
 GRACE_SECONDS = 10.0
 STEP_FACTOR = 20      # the limit is at least this many typical steps
 RECENT_STEPS = 50
@@ -155,8 +157,16 @@ class Watchdog:
 
   def _run(self) -> None:
     last_beat = 0.0
+    last_wake = time.time()
     while not self._done.wait(0.5):
       now = time.time()
+      # A late wake-up: this process itself was stopped (SIGSTOP, a
+      # debugger, a suspended host) and has just been continued; the time it spent
+      # stopped is not the others' fault. (Open MPI continues a stopped rank before it
+      # terminates it: that rank blamed rank 0, which had already named it and exited.)
+      if now - last_wake > LATE_WAKE_SECONDS:
+        self._progress_time += now - last_wake
+      last_wake = now
       if now - last_beat >= HEARTBEAT_SECONDS:
         self._beat()
         last_beat = now

@@ -1,5 +1,6 @@
 """training/watchdog.py: the stall limit and the culprits as tables; the thread ending a hung
 process with one line."""
+import signal
 import subprocess
 import sys
 import textwrap
@@ -78,3 +79,42 @@ def test_the_watchdog_ends_a_hung_process_with_one_line(tmp_path):
   assert "rank 1 on h2 (pid 42) last heard" in line and "stopped or dead" in line, line
   assert "(newest checkpoint runs/x/ckpt-40)" in line and "exit 4" in line, line
   assert (beats / "rank-0.json").exists()
+
+
+STOPPED = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {repo!r})
+    from training import watchdog
+    dog = watchdog.Watchdog(rank=0, size=1, floor_seconds=4, directory={beats!r})
+    dog.start()
+    for step in (1, 2, 3):
+      dog.mark("step")
+      time.sleep(0.05)
+      dog.progress(step)
+    dog.mark("step")
+    print("ready", flush=True)
+    time.sleep(7)  # a 7 s step (limit 4 s), of which the test stops the process for 5
+    dog.progress(4)
+    dog.close()
+""")
+
+
+def test_a_rank_stopped_and_continued_does_not_count_its_own_stop_as_a_stall(tmp_path):
+  # Open MPI continues a SIGSTOPped rank before terminating it; that rank woke up, found
+  # 40 s without progress and blamed rank 0, which had named it and exited already.
+  # Here the watchdog wakes 5.5 s into the step, 1.5 s before the step ends.
+  script = tmp_path / "stopped.py"
+  script.write_text(STOPPED.format(repo=REPO, beats=str(tmp_path / "beats")))
+  proc = subprocess.Popen([sys.executable, str(script)], env=_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  try:
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGSTOP)
+    time.sleep(5)
+    proc.send_signal(signal.SIGCONT)
+    _, err = proc.communicate(timeout=60)
+  finally:
+    proc.kill()
+    proc.wait(timeout=10)
+  assert proc.returncode == 0, err
