@@ -11,16 +11,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-
-def _env():
-  env = dict(os.environ)
-  env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-  env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-  # Open MPI refuses to run as root unless told (CI runs as root).
-  env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-  env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-  env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-  return env
+# The launches' environment (this venv first on PATH, the repository importable, Open MPI as
+# root): one definition, the one make faults and the Slurm jobs use.
+from bench.slurm_jobs import env as _env  # noqa: E402
 
 
 def horovodrun(np_, *args, gloo=False, timeout=600, check=False):
