@@ -57,13 +57,15 @@ def command(ranks: int, flags: list[str]) -> list[str]:
   return ["horovodrun", "-np", str(ranks), "-H", f"localhost:{ranks}", sys.executable, "train.py", *flags]
 
 
-def launch(ranks: int, flags: list[str], model_dir: str, timeout: float) -> tuple[dict, str, float]:
+def launch(ranks: int, flags: list[str], model_dir: str, timeout: float,
+           accept=(0,)) -> tuple[dict, str, float]:
   """train.py from scratch in model_dir (its flags must name it): (its summary.json, the
   launch's stderr, wall seconds of the launch). The output is kept in model_dir/std{out,err}.log.
 
   The launch runs in a session of its own; past `timeout` seconds, or when this program is
   interrupted, that whole session (horovodrun, mpirun, every rank) is ended, by its id.
-  RuntimeError with the stderr's tail on a non-zero exit.
+  RuntimeError with the stderr's tail on an exit status not in `accept` (e.g. add 3,
+  training/outcome.DIVERGED, where a diverged run is a result).
   """
   shutil.rmtree(model_dir, ignore_errors=True)  # never resume an older run
   os.makedirs(model_dir)
@@ -80,7 +82,7 @@ def launch(ranks: int, flags: list[str], model_dir: str, timeout: float) -> tupl
       raise
     err.seek(0)
     stderr = err.read()
-  if proc.returncode:
+  if proc.returncode not in accept:
     raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{stderr[-3000:]}")
   # summary.json, not the stdout line: horovodrun's tagged output can split a long line.
   with open(os.path.join(model_dir, "summary.json")) as fh:
