@@ -98,3 +98,7 @@ bench-scaling: ops  ## on an emulated 4-host cluster (root): cost model calibrat
 .PHONY: faults
 faults: ops  ## every fault (signals to the launcher and to ranks, a stopped rank, divergence, damaged checkpoints, a full disk) against real launches; writes results/faults.{md,json}
 	$(PY) -m bench.faults $(ARGS)
+
+.PHONY: time-to-accuracy
+time-to-accuracy: ops  ## time to a held-out top-1 on Fashion-MNIST, 2 ranks: batch 64 SGD vs 1,024 (warmup, LARS, bf16) vs 4,096 by accumulation, 2 seeds; writes results/time_to_accuracy.{md,json,png} (ARGS="--quick --only=a --seeds=0 --out_dir=/tmp/tta": a smoke run)
+	$(PY) -m bench.time_to_accuracy $(ARGS)

@@ -30,13 +30,15 @@ import dataclasses
 import json
 import os
 import re
-import shutil
 import statistics
-import subprocess
 import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)  # run as a script: bench/ beside it
+
+from bench.train_runs import Setting, launch, record, reused  # noqa: E402
+
 RESULTS = os.path.join(REPO, "results")
 RUNS = os.path.join(REPO, "runs", "reproduce")
 
@@ -53,26 +55,6 @@ LARGE_SGD_LR = 0.2
 LARS_LR = 4.0
 LARS_ETA = 0.001  # MLPerf
 COARSE = {"sgd": (0.2, 0.8, 3.2), "lars": (4.0, 16.0, 64.0)}  # a factor 4 apart; fine: x/÷ 2
-
-
-@dataclasses.dataclass(frozen=True)
-class Setting:
-  name: str
-  global_batch: int
-  ranks: int
-  base_lr: float
-  warmup_epochs: float
-  optimizer: str = "sgd"
-  precision: str = "fp32"
-  schedule: str = "cosine"
-
-  @property
-  def per_rank_batch(self):
-    return self.global_batch // self.ranks
-
-  @property
-  def peak_lr(self):
-    return self.base_lr * self.global_batch / 256
 
 
 def baseline():
@@ -95,36 +77,20 @@ def train(s: Setting, seed: int, tag: str) -> dict:
   read back instead, so an interrupted experiment continues where it stopped.
   """
   model_dir = os.path.join(RUNS, f"{tag}-seed{seed}")
-  record = os.path.join(model_dir, "run.json")
-  if REUSE and os.path.exists(record):
-    with open(record) as fh:
-      run = json.load(fh)
-    if run["setting"] == dataclasses.asdict(s) and run["seed"] == seed and run["epochs"] == EPOCHS:
-      print(f"  {s.name:34s} base_lr {s.base_lr:<6g} seed {seed}: top1 {run['final_top1']:.4f}  (reused)")
-      return run
-  shutil.rmtree(model_dir, ignore_errors=True)  # never resume an older run
-  cmd = ["horovodrun", "-np", str(s.ranks), "-H", f"localhost:{s.ranks}", sys.executable, "train.py",
-         f"--model_dir={model_dir}", f"--global_batch_size={s.global_batch}", f"--epochs={EPOCHS}",
-         f"--seed={seed}", f"--base_lr={s.base_lr}", f"--warmup_epochs={s.warmup_epochs}",
-         # Goyal et al.: warmup starts from the small-batch LR.
-         f"--warmup_start_lr={BASELINE_LR * SMALL_BATCH / 256}",
-         f"--optimizer={s.optimizer}", f"--precision={s.precision}", f"--lr_schedule={s.schedule}",
-         f"--lars_eta={LARS_ETA}", "--log_every=100000"]
-  start = time.time()
-  proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
-  if proc.returncode:
-    raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
-  curve = [float(x) for x in re.findall(r"eval top1 ([0-9.]+)", proc.stderr)]
-  # summary.json, not the stdout line: horovodrun's tagged output can split a long line.
-  with open(os.path.join(model_dir, "summary.json")) as fh:
-    summary = json.load(fh)
+  run = REUSE and reused(model_dir, {"setting": dataclasses.asdict(s), "seed": seed, "epochs": EPOCHS})
+  if run:
+    print(f"  {s.name:34s} base_lr {s.base_lr:<6g} seed {seed}: top1 {run['final_top1']:.4f}  (reused)")
+    return run
+  flags = [f"--model_dir={model_dir}", *s.flags(), f"--epochs={EPOCHS}", f"--seed={seed}",
+           # Goyal et al.: warmup starts from the small-batch LR.
+           f"--warmup_start_lr={BASELINE_LR * SMALL_BATCH / 256}", f"--lars_eta={LARS_ETA}", "--log_every=100000"]
+  summary, stderr, wall = launch(s.ranks, flags, model_dir, timeout=900)
+  curve = [float(x) for x in re.findall(r"eval top1 ([0-9.]+)", stderr)]
   run = {"setting": dataclasses.asdict(s), "seed": seed, "epochs": EPOCHS, "curve": curve,
-         "final_top1": summary["final_top1"], "wall_seconds": round(time.time() - start, 1),
-         "images_per_sec": summary["images_per_sec"]}
+         "final_top1": summary["final_top1"], "wall_seconds": wall, "images_per_sec": summary["images_per_sec"]}
   print(f"  {s.name:34s} base_lr {s.base_lr:<6g} seed {seed}: top1 {run['final_top1']:.4f}  "
         f"{run['wall_seconds']:.0f} s", flush=True)
-  with open(record, "w") as fh:
-    json.dump(run, fh)
+  record(model_dir, run)
   return run
 
 

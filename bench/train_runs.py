@@ -1,0 +1,124 @@
+"""train.py runs of the experiments on this machine: `make reproduce` (scripts/reproduce.py) and
+`make time-to-accuracy` (bench/time_to_accuracy.py).
+
+A Setting is one configuration of the large-batch recipe and its train.py flags; launch() runs
+train.py from scratch under horovodrun on this host; record() and reused() keep a finished run
+beside its model_dir, so a program started again with --reuse reads it back instead of training.
+"""
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from bench.slurm_jobs import env
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECORD = "run.json"  # a finished run as the program recorded it, beside train.py's summary.json
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+  """One configuration: global batch = ranks x per-rank batch x accumulation steps (images per update)."""
+  name: str
+  global_batch: int
+  ranks: int
+  base_lr: float  # per 256 images; train.py applies the linear scaling rule
+  warmup_epochs: float
+  optimizer: str = "sgd"
+  precision: str = "fp32"
+  schedule: str = "cosine"
+  accumulation_steps: int = 1
+
+  @property
+  def per_rank_batch(self) -> int:
+    """Images per rank per micro-batch (the BatchNorm batch)."""
+    return self.global_batch // (self.ranks * self.accumulation_steps)
+
+  @property
+  def peak_lr(self) -> float:
+    return self.base_lr * self.global_batch / 256
+
+  def flags(self) -> list[str]:
+    """The recipe's train.py flags; the program adds the run's length, seed, model_dir and the rest."""
+    out = [f"--global_batch_size={self.global_batch}", f"--base_lr={self.base_lr:g}",
+           f"--warmup_epochs={self.warmup_epochs:g}", f"--optimizer={self.optimizer}",
+           f"--precision={self.precision}", f"--lr_schedule={self.schedule}"]
+    if self.accumulation_steps > 1:
+      out.append(f"--accumulation_steps={self.accumulation_steps}")
+    return out
+
+
+def command(ranks: int, flags: list[str]) -> list[str]:
+  """horovodrun with `ranks` ranks on this host, running train.py with flags in this interpreter."""
+  return ["horovodrun", "-np", str(ranks), "-H", f"localhost:{ranks}", sys.executable, "train.py", *flags]
+
+
+def launch(ranks: int, flags: list[str], model_dir: str, timeout: float,
+           accept=(0,)) -> tuple[dict, str, float]:
+  """train.py from scratch in model_dir (its flags must name it): (its summary.json, the
+  launch's stderr, wall seconds of the launch). The output is kept in model_dir/std{out,err}.log.
+
+  The launch runs in a session of its own; past `timeout` seconds, or when this program is
+  interrupted, that whole session (horovodrun, mpirun, every rank) is ended, by its id.
+  RuntimeError with the stderr's tail on an exit status not in `accept` (e.g. add 3,
+  training/outcome.DIVERGED, where a diverged run is a result).
+  """
+  shutil.rmtree(model_dir, ignore_errors=True)  # never resume an older run
+  os.makedirs(model_dir)
+  cmd = command(ranks, flags)
+  start = time.time()
+  with open(os.path.join(model_dir, "stdout.log"), "w+") as out, \
+       open(os.path.join(model_dir, "stderr.log"), "w+") as err:
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                            text=True, start_new_session=True)
+    try:
+      proc.wait(timeout=timeout)
+    except BaseException:  # the timeout, or Ctrl-C of this program: leave no rank behind
+      _end_session(proc)
+      raise
+    err.seek(0)
+    stderr = err.read()
+  if proc.returncode not in accept:
+    raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{stderr[-3000:]}")
+  # summary.json, not the stdout line: horovodrun's tagged output can split a long line.
+  with open(os.path.join(model_dir, "summary.json")) as fh:
+    summary = json.load(fh)
+  return summary, stderr, round(time.time() - start, 1)
+
+
+def _end_session(proc: subprocess.Popen) -> None:
+  """SIGTERM to the launch's session (every rank checkpoints and leaves), SIGKILL 30 s later."""
+  for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+    try:
+      os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+      return
+    try:
+      proc.wait(timeout=wait)
+      return
+    except subprocess.TimeoutExpired:
+      continue
+
+
+def record(model_dir: str, run: dict) -> None:
+  """Keep a finished run beside its model_dir, for reused() (whole or not at all: tmp file + rename;
+  progress.write_json_atomic would load TensorFlow into the launching program)."""
+  path = os.path.join(model_dir, RECORD)
+  with open(f"{path}.tmp", "w") as fh:
+    json.dump(run, fh)
+  os.replace(f"{path}.tmp", path)
+
+
+def reused(model_dir: str, key: dict) -> dict | None:
+  """The run record() kept in model_dir if train.py finished there (summary.json) and the run
+  has every key: value of key (its setting, seed, length, ...); None otherwise."""
+  path = os.path.join(model_dir, RECORD)
+  if not (os.path.exists(path) and os.path.exists(os.path.join(model_dir, "summary.json"))):
+    return None
+  with open(path) as fh:
+    run = json.load(fh)
+  return run if all(run.get(k) == v for k, v in key.items()) else None
