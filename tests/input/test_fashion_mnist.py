@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import python
+from conftest import MODEL, python
 from flags.config import ConfigError
 from input import fashion_mnist, records
 from input.datasets import FASHION_MNIST
@@ -112,7 +112,7 @@ def short_run(tmp_path_factory):
   data_dir = tmp_path_factory.mktemp("fashion_mnist")
   model_dir = tmp_path_factory.mktemp("run")
   proc = python("train.py", "--dataset=fashion_mnist", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
-                "--max_steps=20", "--log_every=10", timeout=600)
+                f"--model={MODEL}", "--max_steps=20", "--log_every=10", timeout=600)
   return proc, str(data_dir)
 
 

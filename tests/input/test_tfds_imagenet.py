@@ -73,7 +73,7 @@ def prepare(manual, data_dir):
 def test_tfds_builder_output_trains_on_two_ranks(tmp_path):
   # Imported here, not above: run as a script, this file needs tfds alone.
   from bench import samples
-  from conftest import REPO, horovodrun
+  from conftest import MODEL, REPO, horovodrun
   from test_train_on_sources import summary_of
   files = samples.sample_files()
   manual = manual_dir(tmp_path / "manual", files)
@@ -97,7 +97,7 @@ def test_tfds_builder_output_trains_on_two_ranks(tmp_path):
 
   # 100 images, global batch 16: 6 steps an epoch, so 4 steps end in one held-out pass.
   run = horovodrun(2, "python", "train.py", f"--model_dir={tmp_path / 'run'}", "--dataset=tfds:imagenet2012",
-                   f"--data_dir={data_dir}", "--image_size=32", "--model=resnet20", "--batch_size=8",
+                   f"--data_dir={data_dir}", "--image_size=32", f"--model={MODEL}", "--batch_size=8",
                    "--max_steps=4", "--log_every=1", check=True, timeout=600)
   summary = summary_of(run)
   assert (summary["dataset"], summary["ranks"], summary["steps"]) == ("tfds:imagenet2012", 2, 4)

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from bench import samples
-from conftest import horovodrun, python
+from conftest import MODEL, horovodrun, python
 from input import convert
 
 
@@ -19,7 +19,7 @@ def summary_of(proc):
 
 def train_args(model_dir, dataset, data_dir):
   return ("train.py", f"--model_dir={model_dir}", f"--dataset={dataset}", f"--data_dir={data_dir}",
-          "--image_size=32", "--batch_size=8", "--max_steps=2", "--log_every=1")
+          f"--model={MODEL}", "--image_size=32", "--batch_size=8", "--max_steps=2", "--log_every=1")
 
 
 def test_trains_from_imagenet_tfrecords(tmp_path):

@@ -25,7 +25,7 @@ def test_alexnet_bn_has_bn_after_every_conv_and_hidden_fc():
 
 
 @pytest.mark.parametrize("name, shape, classes", [
-    ("resnet20", (8, 8, 1), 10), ("resnet20", (32, 32, 3), 10), ("resnet32", (16, 16, 3), 7),
+    ("resnet8", (28, 28, 1), 10), ("resnet20", (8, 8, 1), 10), ("resnet20", (32, 32, 3), 10), ("resnet32", (16, 16, 3), 7),
     ("resnet18", (64, 64, 3), 5), ("resnet50", (64, 64, 3), 1000),
     ("alexnet", (224, 224, 3), 1000), ("alexnet_bn", (224, 224, 3), 3),
 ])

@@ -26,7 +26,7 @@ import pytest
 
 from bench import slurm_jobs
 from bench.slurm_jobs import checkpoints, ended, read, running, wait_job
-from conftest import REPO, _env
+from conftest import MODEL, REPO, _env
 
 pytestmark = pytest.mark.multiprocess
 
@@ -74,7 +74,7 @@ def slurm_cluster():
 
 def Job(cluster, tmp_path, digits_dir, *train_flags, sbatch=(), **env):
   """A job cpu_nodes.sbatch runs on the 2 hosts, 1 rank each; cancelled on exit if still there."""
-  return slurm_jobs.SbatchJob(cluster, str(tmp_path), f"--data_dir={digits_dir}", *train_flags, sbatch=sbatch,
+  return slurm_jobs.SbatchJob(cluster, str(tmp_path), f"--data_dir={digits_dir}", f"--model={MODEL}", *train_flags, sbatch=sbatch,
                               **env)
 
 

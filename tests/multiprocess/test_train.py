@@ -11,7 +11,7 @@ import numpy as np
 import psutil
 import pytest
 
-from conftest import REPO, _env, horovodrun
+from conftest import MODEL, REPO, _env, horovodrun
 
 pytestmark = pytest.mark.multiprocess
 
@@ -32,7 +32,7 @@ def test_exchange_is_the_mean_and_broadcast_makes_replicas_identical(gloo):
 
 
 def train_args(model_dir, *extra):
-  return ("python", "train.py", f"--model_dir={model_dir}", "--log_every=5", *extra)
+  return ("python", "train.py", f"--model_dir={model_dir}", f"--model={MODEL}", "--log_every=5", *extra)
 
 
 def test_short_run_lowers_the_loss_and_keeps_replicas_identical(tmp_path):
@@ -66,8 +66,13 @@ def _wait_until_gone(marker, timeout=60):
     time.sleep(0.2)
 
 
-def test_killed_run_resumes_from_its_checkpoint(tmp_path):
-  args = train_args(tmp_path, "--epochs=3", "--checkpoint_every=5", "--warmup_epochs=0.5")
+def test_killed_run_resumes_past_a_damaged_newest_checkpoint(tmp_path):
+  # The whole job SIGKILLed (no chance to stop cleanly), then the newest checkpoint's data cut to
+  # half (a save cut short by a full disk, a copy cut short): the same command sets it aside,
+  # resumes from the one before it and trains to the end. 6 epochs: resnet8's steps are quick,
+  # and the ranks must not reach the end between the checkpoint the test waits for and the kill.
+  epochs, per_epoch = 6, 1497 // 64
+  args = train_args(tmp_path, f"--epochs={epochs}", "--checkpoint_every=5", "--warmup_epochs=0.5")
   cmd = ["horovodrun", "-np", "2", "-H", "localhost:2"] + [sys.executable if a == "python" else a for a in args]
   first = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, start_new_session=True)
@@ -86,13 +91,21 @@ def test_killed_run_resumes_from_its_checkpoint(tmp_path):
   _wait_until_gone(str(tmp_path))
   with open(tmp_path / "checkpoint") as fh:
     saved = int(re.search(r'model_checkpoint_path: "ckpt-(\d+)"', fh.read()).group(1))
-  assert saved >= 10
+  assert 10 <= saved < epochs * per_epoch
+  data = tmp_path / f"ckpt-{saved}.data-00000-of-00001"
+  os.truncate(data, os.path.getsize(data) // 2)
+  before = max(int(m.group(1)) for f in os.listdir(tmp_path) if (m := re.fullmatch(r"ckpt-(\d+)\.index", f))
+               and int(m.group(1)) < saved)
 
-  second = horovodrun(2, *args, check=True, timeout=240)
-  assert re.search(rf"resumed from .*ckpt-{saved} at step {saved}\b", second.stderr), second.stderr[-3000:]
-  assert re.search(rf"training steps {saved}\.\.{3 * (1497 // 64)}", second.stderr)
+  second = horovodrun(2, *args, check=True, timeout=300)
+  lines = re.findall(rf"checkpoint ckpt-{saved} is unreadable .*", second.stderr)
+  assert len(lines) == 1 and lines[0].endswith(f"; kept as ckpt-{saved}.damaged.*; resuming from ckpt-{before}"), \
+      second.stderr[-3000:]
+  assert re.search(rf"resumed from .*ckpt-{before} at step {before}\b", second.stderr), second.stderr[-3000:]
+  assert re.search(rf"training steps {before}\.\.{epochs * per_epoch}\b", second.stderr)
+  assert "Traceback" not in second.stderr and (tmp_path / f"ckpt-{saved}.damaged.data-00000-of-00001").exists()
   summary = summary_of(second)
-  assert summary["steps"] == 3 * (1497 // 64)
+  assert summary["steps"] == epochs * per_epoch
   assert summary["replicas_identical"] is True
 
 

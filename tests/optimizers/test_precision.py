@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import horovodrun
+from conftest import MODEL, horovodrun
 from models import build_model
 from optimizers import precision
 
@@ -92,7 +92,7 @@ def test_fp16_overflow_on_one_rank_is_skipped_on_every_rank():
 
 @pytest.mark.multiprocess
 def test_train_py_runs_lars_in_fp16_with_label_smoothing(tmp_path):
-  proc = horovodrun(2, "python", "train.py", f"--model_dir={tmp_path}", "--optimizer=lars",
+  proc = horovodrun(2, "python", "train.py", f"--model_dir={tmp_path}", f"--model={MODEL}", "--optimizer=lars",
                     "--precision=fp16", "--label_smoothing=0.1", "--base_lr=20", "--lr_schedule=poly",
                     "--batch_size=16", "--max_steps=6", "--log_every=2", check=True, timeout=300)
   summary = json.load(open(tmp_path / "summary.json"))

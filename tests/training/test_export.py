@@ -3,7 +3,7 @@ loaded the project's kernel, gets the run's own held-out top-1 from encoded imag
 import json
 import os
 
-from conftest import python
+from conftest import MODEL, python
 
 # A fresh interpreter: only TensorFlow and the records' parser, no model code, no input/kernels.
 SERVE = """
@@ -26,7 +26,7 @@ print(json.dumps({"top1": hits / count, "count": count}))
 
 def test_the_export_serves_the_runs_held_out_top1_in_a_fresh_process(tmp_path, digits_dir):
   # A target out of reach, too: the run says so and still exits 0 and exports.
-  run = python("train.py", f"--model_dir={tmp_path}", f"--data_dir={digits_dir}", "--max_steps=25",
+  run = python("train.py", f"--model_dir={tmp_path}", f"--data_dir={digits_dir}", f"--model={MODEL}", "--max_steps=25",
                "--warmup_epochs=0.2", "--target_top1=1", "--stall_timeout=0", timeout=400)
   assert run.returncode == 0, run.stderr[-3000:]
   summary = json.loads(run.stdout.strip().splitlines()[-1])
@@ -42,7 +42,7 @@ def test_the_export_serves_the_runs_held_out_top1_in_a_fresh_process(tmp_path, d
 
 
 def test_noexport_writes_none(tmp_path, digits_dir):
-  run = python("train.py", f"--model_dir={tmp_path}", f"--data_dir={digits_dir}", "--max_steps=1",
+  run = python("train.py", f"--model_dir={tmp_path}", f"--data_dir={digits_dir}", f"--model={MODEL}", "--max_steps=1",
                "--export=false", "--stall_timeout=0", timeout=400)
   assert run.returncode == 0, run.stderr[-3000:]
   assert "export" not in json.loads(run.stdout.strip().splitlines()[-1])
