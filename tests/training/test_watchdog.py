@@ -46,12 +46,13 @@ def test_culprits(beats, own_step, want):
 
 
 
+# Three quick steps under a watchdog (rank 0 of `size`, the given floor), then step 4: {step4}.
 WATCHED = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {repo!r})
     from training import watchdog
     watchdog.STARTUP_SECONDS = 0.5
-    dog = watchdog.Watchdog(rank=0, size=2, floor_seconds=0.5, directory={beats!r},
+    dog = watchdog.Watchdog(rank=0, size={size}, floor_seconds={floor}, directory={beats!r},
                             newest_checkpoint=lambda: "runs/x/ckpt-40")
     dog.start()
     for step in (1, 2, 3):
@@ -59,8 +60,12 @@ WATCHED = textwrap.dedent("""
       time.sleep(0.05)
       dog.progress(step)
     dog.mark("step")
-    time.sleep(30)  # step 4 hangs
+    print("ready", flush=True)
+    {step4}
 """)
+HANGS = "time.sleep(30)  # step 4 hangs"
+# A 7 s step (limit 4 s), of which the test stops the process for 5 s.
+SLOW = "time.sleep(7); dog.progress(4); dog.close()"
 
 
 def test_the_watchdog_ends_a_hung_process_with_one_line(tmp_path):
@@ -71,9 +76,10 @@ def test_the_watchdog_ends_a_hung_process_with_one_line(tmp_path):
       '{"rank": 1, "host": "h2", "pid": 42, "step": 3, "phase": "step", "progress_time": %f, '
       '"beat_time": %f}' % (time.time() - 60, time.time() - 60))
   script = tmp_path / "hang.py"
-  script.write_text(WATCHED.format(repo=REPO, beats=str(beats)))
+  script.write_text(WATCHED.format(repo=REPO, beats=str(beats), size=2, floor=0.5, step4=HANGS))
   proc = subprocess.run([sys.executable, str(script)], env=_env(), capture_output=True, text=True, timeout=60)
   assert proc.returncode == outcome.STALLED, proc.stderr
+  assert proc.stdout.strip() == "ready"
   (line,) = proc.stderr.strip().splitlines()
   assert line.startswith("stalled: rank 0 on ") and "after step 3 (step)" in line, line
   assert "rank 1 on h2 (pid 42) last heard" in line and "stopped or dead" in line, line
@@ -81,30 +87,12 @@ def test_the_watchdog_ends_a_hung_process_with_one_line(tmp_path):
   assert (beats / "rank-0.json").exists()
 
 
-STOPPED = textwrap.dedent("""
-    import sys, time
-    sys.path.insert(0, {repo!r})
-    from training import watchdog
-    dog = watchdog.Watchdog(rank=0, size=1, floor_seconds=4, directory={beats!r})
-    dog.start()
-    for step in (1, 2, 3):
-      dog.mark("step")
-      time.sleep(0.05)
-      dog.progress(step)
-    dog.mark("step")
-    print("ready", flush=True)
-    time.sleep(7)  # a 7 s step (limit 4 s), of which the test stops the process for 5
-    dog.progress(4)
-    dog.close()
-""")
-
-
 def test_a_rank_stopped_and_continued_does_not_count_its_own_stop_as_a_stall(tmp_path):
   # Open MPI continues a SIGSTOPped rank before terminating it; that rank woke up, found
   # 40 s without progress and blamed rank 0, which had named it and exited already.
   # Here the watchdog wakes 5.5 s into the step, 1.5 s before the step ends.
   script = tmp_path / "stopped.py"
-  script.write_text(STOPPED.format(repo=REPO, beats=str(tmp_path / "beats")))
+  script.write_text(WATCHED.format(repo=REPO, beats=str(tmp_path / "beats"), size=1, floor=4, step4=SLOW))
   proc = subprocess.Popen([sys.executable, str(script)], env=_env(), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
   try:
