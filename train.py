@@ -82,11 +82,12 @@ def main(argv):
   try:
     train(argv)
   except Exception as e:  # noqa: BLE001  (anything else is re-raised with its traceback)
-    if not sync.peer_failure(e):
+    reason = sync.peer_failure(e)
+    if reason is None:
       raise
     newest = tf.train.latest_checkpoint(FLAGS.model_dir) if FLAGS.model_dir else None
     emit(f"error: a collective failed: another rank died or became unreachable "
-         f"({str(e).strip().splitlines()[0][:120]}); this rank stops too (exit {outcome.PEER_LOST}); "
+         f"({reason.split('. ')[0][:100]}); this rank stops too (exit {outcome.PEER_LOST}); "
          f"look for the first rank that ended in the launcher's output; resume with the same command "
          f"(newest checkpoint {newest or 'none'})")
     sys.stdout.flush()

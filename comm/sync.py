@@ -60,13 +60,17 @@ def agree_max(hvd):
   return lambda codes: hvd.allreduce(codes, op=hvd.Max, name="agree_codes")
 
 
-def peer_failure(error: BaseException) -> bool:
-  """Whether error is a collective failing because another rank died or became unreachable
-  (pure: the exception's type and text; a SIGKILLed Gloo peer left its survivor a traceback)."""
+def peer_failure(error: BaseException) -> str | None:
+  """The line of error that says a collective failed because another rank died or became
+  unreachable, or None for any other error (pure: the exception's type and text; a SIGKILLed
+  Gloo peer left its survivor a traceback)."""
   if type(error).__name__ == "HorovodInternalError":  # horovod.common.exceptions, elastic mode
-    return True
-  text = str(error).lower()
-  return isinstance(error, (tf.errors.OpError, RuntimeError)) and any(w in text for w in _PEER_WORDS)
+    return str(error).strip().splitlines()[0] if str(error).strip() else "HorovodInternalError"
+  if not isinstance(error, (tf.errors.OpError, RuntimeError)):
+    return None
+  # TensorFlow puts "Graph execution error:" first; the cause is on a later line.
+  return next((line.strip() for line in str(error).splitlines() if any(w in line.lower() for w in _PEER_WORDS)),
+              None)
 
 
 def fingerprint(variables) -> tf.Tensor:
