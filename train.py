@@ -56,6 +56,7 @@ from training import step as step_lib  # noqa: E402
 
 flags.define_flags()
 FLAGS = absl_flags.FLAGS
+PEER_GRACE_SECONDS = 3  # see main()
 
 
 def fail(message: str) -> None:
@@ -76,15 +77,25 @@ def main(argv):
   """train(), and one line instead of a traceback when another rank dies under it.
 
   A SIGKILLed Gloo peer left the survivor a Horovod traceback ("Horovod has been shut
-  down ..."); mpirun ends the survivors itself. os._exit: Horovod's exit-time shutdown
-  would wait on the dead peer's transport.
+  down ..."). The survivor waits for the launcher's SIGTERM, at most PEER_GRACE_SECONDS,
+  before it speaks: when the peer ended on purpose (rank 0 failing a save on a full disk
+  exits 2), that status reaches the launcher first and its line stays the first one (without
+  the wait, the survivor's exit 5 came first); Gloo's horovodrun SIGKILLs 5 s after its SIGTERM.
+  os._exit: Horovod's exit-time shutdown would wait on the dead peer's transport.
   """
+  # A signal from here on asks for a stop after the step it arrives in
+  # (training/signals.py): a preempted or cancelled job keeps its progress.
+  stop_request = signals.StopRequest()
+  stop_request.install()
   try:
-    train(argv)
+    train(argv, stop_request)
   except Exception as e:  # noqa: BLE001  (anything else is re-raised with its traceback)
     reason = sync.peer_failure(e)
     if reason is None:
       raise
+    deadline = time.time() + PEER_GRACE_SECONDS
+    while not stop_request.code and time.time() < deadline:  # the launcher's SIGTERM ends the wait
+      time.sleep(0.05)
     newest = tf.train.latest_checkpoint(FLAGS.model_dir) if FLAGS.model_dir else None
     emit(f"error: a collective failed: another rank died or became unreachable "
          f"({reason.split('. ')[0][:100]}); this rank stops too (exit {outcome.PEER_LOST}); "
@@ -94,15 +105,11 @@ def main(argv):
     os._exit(outcome.PEER_LOST)
 
 
-def train(argv):
+def train(argv, stop_request: signals.StopRequest):
   if len(argv) > 1:
     fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value (see --helpfull).")
 
   # ---------------------------------------------------------------- setup --
-  # A signal from here on asks for a stop after the step it arrives in
-  # (training/signals.py): a preempted or cancelled job keeps its progress.
-  stop_request = signals.StopRequest()
-  stop_request.install()
   horovod_stall_defaults(FLAGS.stall_timeout)
   # Horovod: initialise once (comm.init); everything below knows its rank and
   # node from `world`, validated against --ranks_per_node on every rank.

@@ -262,10 +262,12 @@ def _launcher(fault: Fault) -> str:
   return f"horovodrun {'Gloo' if fault.gloo else 'MPI'}, {fault.np_} rank{'s' if fault.np_ > 1 else ''}"
 
 
-def _last_line(job: Job) -> str:
+def _user_line(job: Job) -> str:
+  """The first line a user acts on (the cause: a rank that lost its peer to it speaks after it),
+  else the last line of the launcher's that has words."""
   lines = job.user_lines()
   if lines:
-    return lines[-1]
+    return lines[0]
   text = [l for l in job.stderr().splitlines() if re.search(r"[A-Za-z]", l) and not STEP_LINE.search(l)]
   return re.sub(r"^\[\d+(?:,\d+)?\]<std\w+>:", "", text[-1]).strip() if text else ""
 
@@ -293,7 +295,7 @@ def _run_fault(fault: Fault, model_dir: str) -> dict:
     row = {"fault": fault.name, "what": fault.what, "launcher": _launcher(fault),
            "seconds_to_gone": round(seconds, 1), "exit_status": job.proc.returncode,
            "step_at_fault": at, "last_step": reached, "checkpoint_step": newest_checkpoint(model_dir),
-           "processes_left": len(left), "line": _last_line(job),
+           "processes_left": len(left), "line": _user_line(job),
            "traceback": job.rank_traceback(),
            "false_divergence_warning": "ranks hold different weights" in job.stderr()}
   row["steps_lost"] = max(0, reached - (row["checkpoint_step"] or 0))
@@ -431,8 +433,8 @@ fault to the last process of the job gone (every pid the job had is tracked). "l
 still alive {GONE_TIMEOUT_S} s after the fault (then killed by pid). "step / checkpoint (lost)":
 the last step rank 0 reported, the newest checkpoint, the steps a restart repeats. "restart": the
 same command again (a sane LR for the diverged rows). Exit statuses: 75 stopped by a signal after a
-checkpoint (resumable), 4 stalled, 3 diverged, 2 bad input; horovodrun killed by the signal itself
-shows as a negative number (-15: SIGTERM). How each fault is handled: docs/faults.md.
+checkpoint (resumable), 5 a peer lost (another rank died), 4 stalled, 3 diverged, 2 bad input;
+horovodrun killed by the signal itself shows as a negative number (-15: SIGTERM). How each fault is handled: docs/faults.md.
 
 {table(rows)}
 """)

@@ -1,4 +1,6 @@
 """Agreement between ranks outside the gradient path: initial state and errors."""
+import re
+
 import numpy as np
 import tensorflow as tf
 
@@ -68,9 +70,10 @@ def peer_failure(error: BaseException) -> str | None:
     return str(error).strip().splitlines()[0] if str(error).strip() else "HorovodInternalError"
   if not isinstance(error, (tf.errors.OpError, RuntimeError)):
     return None
-  # TensorFlow puts "Graph execution error:" first; the cause is on a later line.
-  return next((line.strip() for line in str(error).splitlines() if any(w in line.lower() for w in _PEER_WORDS)),
-              None)
+  # TensorFlow puts "Graph execution error:" first; the cause is on a later line, and Gloo's
+  # starts with the source file it was raised in ("[/tmp/pip-install-.../pair.cc:598] ").
+  line = next((line for line in str(error).splitlines() if any(w in line.lower() for w in _PEER_WORDS)), None)
+  return re.sub(r"^\[[^\]]*\]\s*", "", line.strip()) if line is not None else None
 
 
 def fingerprint(variables) -> tf.Tensor:

@@ -7,8 +7,9 @@ the process: they record a request that the training loop reads after each
 step. The ranks agree on it inside the next step (training/step.py, one small
 allreduce of the codes, max over ranks), so every rank stops after the same
 step and none is left waiting in a collective; rank 0 then checkpoints. A
-second signal while a stop is pending ends the process at once (the default
-action), for a user who does not want to wait.
+later signal changes nothing (launchers send several: a forwarded notice, then
+their own SIGTERM); the watchdog bounds the stop, SIGKILL is there for a user
+who will not wait.
 
 The launcher watch covers what no signal reports. horovodrun over MPI
 replaces itself by `/bin/sh -c "mpirun ..."` (horovod/runner/mpi_run.py,

@@ -68,16 +68,19 @@ def test_a_stopped_rank_ends_the_job_naming_it(tmp_path):
   # (The restart after a stall resumes like any other: make faults measures it.)
 
 
-def test_a_killed_rank_on_gloo_ends_the_survivor_with_one_line(tmp_path):
-  # mpirun ends the survivors itself; over Gloo the survivor's next collective fails.
+def test_a_killed_rank_on_gloo_leaves_the_survivor_no_traceback(tmp_path):
+  # mpirun ends the survivors itself. Over Gloo the survivor's collective either fails at once
+  # (a traceback before: now one line and exit 5) or never returns, Horovod's background loop
+  # having died, and horovodrun SIGKILLs it 5 s after its SIGTERM; both were seen here.
   with Job(str(tmp_path), *ARGS, gloo=True) as job:
     job.wait_for_step(5, timeout=600)
     job.signal(signal.SIGKILL, 1)
     _, left = job.wait_gone(GONE_S)
     assert not left, f"processes left: {left}\n{job.tail()}"
-    lines = [l for l in job.user_lines() if l.startswith("error: a collective failed")]
-    assert len(lines) == 1 and f"exit {outcome.PEER_LOST}" in lines[0], job.tail()
-    assert not job.rank_traceback(), job.tail()
+    assert job.proc.returncode != 0 and not job.rank_traceback(), job.tail()
+    lines = job.user_lines()
+    assert len(lines) <= 1 and all(l.startswith("error: a collective failed") and f"exit {outcome.PEER_LOST}" in l
+                                   for l in lines), job.tail()
 
 
 @pytest.fixture(scope="module")
