@@ -38,7 +38,9 @@ from bench import faults_slurm  # noqa: E402
 from bench.slurm_jobs import env  # noqa: E402  (the launches' environment, one definition)
 from progress import emit, write_json_atomic  # noqa: E402
 STEP_LINE = re.compile(r"step +(\d+)/\d+")
-USER_LINE = re.compile(r"^(?:\[\d+(?:,\d+)?\]<std\w+>:)?((?:stopped|stalled|diverged|error|checkpoint)\b.*)$", re.M)
+# A rank's tag (mpirun's or Gloo's), rank 0's log time (checkpoints.py logs a damaged one), the line.
+USER_LINE = re.compile(r"^(?:\[\d+(?:,\d+)?\]<std\w+>:)?(?:\d\d:\d\d:\d\d )?"
+                       r"((?:stopped|stalled|diverged|error|checkpoint)\b.*)$", re.M)
 START_TIMEOUT_S = 900  # for the step a fault waits for: a launch on the loaded 2-core machine took minutes
 CHECKPOINT = re.compile(r"^ckpt-(\d+)\.index$")
 
