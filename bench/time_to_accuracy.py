@@ -40,7 +40,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # this program reads the events and builds ResNet-50
 
-from bench.train_runs import Setting, command, launch, record, reused  # noqa: E402
+from bench.train_runs import Setting, command, launch, record, reused, save_top1_figure  # noqa: E402
 
 RESULTS = os.path.join(REPO, "results")
 RANKS = 2
@@ -402,15 +402,9 @@ def plot(runs: list[dict], budget: Budget, path: str) -> None:
   lows = [p["top1"] * 100 for r in runs for p in r["curve"]]
   ax.set_ylim(max(0, min(lows, default=0) - 5), 100)
   ax.set_xlim(left=0)
-  ax.set_xlabel("wall seconds since the launch (evaluations included)")
-  ax.set_ylabel("held-out top-1 (%)")
-  ax.grid(alpha=0.3)
-  ax.set_title(f"ResNet-20 on Fashion-MNIST, 2 ranks: to {budget.target * 100:g}% held-out top-1 (dashed); "
-               "dot: target reached; line style: seed", fontsize=9)
-  ax.legend(loc="lower right", fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  save_top1_figure(fig, ax, path, "wall seconds since the launch (evaluations included)",
+                   f"ResNet-20 on Fashion-MNIST, 2 ranks: to {budget.target * 100:g}% held-out top-1 (dashed); "
+                   "dot: target reached; line style: seed", title_size=9)
 
 
 def report(runs: list[dict], stats: list[dict], budget: Budget, scale: dict, wall: float) -> str:

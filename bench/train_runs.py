@@ -104,6 +104,19 @@ def _end_session(proc: subprocess.Popen) -> None:
       continue
 
 
+def save_top1_figure(fig, ax, path: str, xlabel: str, title: str, title_size: float) -> None:
+  """Label, title and write a held-out top-1 figure of these experiments, then close it."""
+  import matplotlib.pyplot as plt  # the callers chose the Agg backend
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel("held-out top-1 (%)")
+  ax.grid(alpha=0.3)
+  ax.set_title(title, fontsize=title_size)
+  ax.legend(loc="lower right", fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
 def record(model_dir: str, run: dict) -> None:
   """Keep a finished run beside its model_dir, for reused() (whole or not at all: tmp file + rename;
   progress.write_json_atomic would load TensorFlow into the launching program)."""

@@ -37,7 +37,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # run as a script: bench/ beside it
 
-from bench.train_runs import Setting, launch, record, reused  # noqa: E402
+from bench.train_runs import Setting, launch, record, reused, save_top1_figure  # noqa: E402
 
 RESULTS = os.path.join(REPO, "results")
 RUNS = os.path.join(REPO, "runs", "reproduce")
@@ -173,15 +173,9 @@ def plot(runs: list[dict], path: str) -> None:
     line, = ax.plot(range(1, n + 1), mean, label=name)
     for c in curves:
       ax.plot(range(1, n + 1), [x * 100 for x in c[:n]], color=line.get_color(), alpha=0.25, lw=0.8)
-  ax.set_xlabel("epoch")
-  ax.set_ylabel("held-out top-1 (%)")
   ax.set_ylim(0, 100)
-  ax.grid(alpha=0.3)
-  ax.set_title(f"ResNet-20 on digits: batch {SMALL_BATCH} vs {LARGE_BATCH} (mean of {len(SEEDS)} seeds, "
-               "thin: each seed)", fontsize=10)
-  ax.legend(loc="lower right", fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  save_top1_figure(fig, ax, path, "epoch", f"ResNet-20 on digits: batch {SMALL_BATCH} vs {LARGE_BATCH} "
+                   f"(mean of {len(SEEDS)} seeds, thin: each seed)", title_size=10)
 
 
 def main():
