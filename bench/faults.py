@@ -436,7 +436,8 @@ still alive {GONE_TIMEOUT_S} s after the fault (then killed by pid). "step / che
 the last step rank 0 reported, the newest checkpoint, the steps a restart repeats. "restart": the
 same command again (a sane LR for the diverged rows). Exit statuses: 75 stopped by a signal after a
 checkpoint (resumable), 5 a peer lost (another rank died), 4 stalled, 3 diverged, 2 bad input;
-horovodrun killed by the signal itself shows as a negative number (-15: SIGTERM). How each fault is handled: docs/faults.md.
+horovodrun killed by the signal itself shows as a negative number (-15: SIGTERM). How each fault
+is handled: docs/faults.md.
 
 {table(rows)}
 """)

@@ -67,7 +67,8 @@ def peer_failure(error: BaseException) -> str | None:
   unreachable, or None for any other error (pure: the exception's type and text; a SIGKILLed
   Gloo peer left its survivor a traceback)."""
   if type(error).__name__ == "HorovodInternalError":  # horovod.common.exceptions, elastic mode
-    return str(error).strip().splitlines()[0] if str(error).strip() else "HorovodInternalError"
+    text = str(error).strip()
+    return text.splitlines()[0] if text else "HorovodInternalError"
   if not isinstance(error, (tf.errors.OpError, RuntimeError)):
     return None
   # TensorFlow puts "Graph execution error:" first; the cause is on a later line, and Gloo's

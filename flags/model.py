@@ -9,7 +9,8 @@ def define() -> None:
   absl_flags.DEFINE_string(
       "model", "resnet20",
       f"Network: {', '.join(sorted(MODELS))}. resnet20 is a CIFAR-style ResNet for CPU-sized "
-      "runs (resnet8, its one-block-per-stage sibling, for smoke runs and tests); resnet50 (v1.5), alexnet and alexnet_bn are the ImageNet networks of the papers.")
+      "runs (resnet8, its one-block-per-stage sibling, for smoke runs and tests); resnet50 (v1.5), "
+      "alexnet and alexnet_bn are the ImageNet networks of the papers.")
   absl_flags.DEFINE_boolean(
       "zero_init_residual", True, "Start the gamma of the last BatchNorm in each residual block "
       "at 0, so every block begins as the identity (Goyal et al. 5.1, Jia et al.); ResNets only.")

@@ -34,8 +34,8 @@ import time
 from training import outcome
 
 HEARTBEAT_SECONDS = 2.0
-# The thread wakes every 0.5 s; a wake-up this late means the process was stopped.
-LATE_WAKE_SECONDS = 2.0
+WAKE_SECONDS = 0.5       # the thread's period
+LATE_WAKE_SECONDS = 2.0  # a wake-up this much later than the last: the process was stopped
 GRACE_SECONDS = 10.0
 STEP_FACTOR = 20      # the limit is at least this many typical steps
 RECENT_STEPS = 50
@@ -158,7 +158,7 @@ class Watchdog:
   def _run(self) -> None:
     last_beat = 0.0
     last_wake = time.time()
-    while not self._done.wait(0.5):
+    while not self._done.wait(WAKE_SECONDS):
       now = time.time()
       # A late wake-up: this process itself was stopped (SIGSTOP, a
       # debugger, a suspended host) and has just been continued; the time it spent
