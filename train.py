@@ -287,8 +287,12 @@ def train(argv, stop_request: signals.StopRequest):
       progress.step(step, batch_loss, correct, lr)
       if verdict.status != outcome.OK:
         break
-      if eval_every and step % eval_every == 0 and step % steps_per_epoch and step != last_step:
-        held, verdict = evaluate(verdict)  # (epoch ends and the last step evaluate below)
+      # Every eval_every steps into the epoch (epoch ends and the last step evaluate below): counted
+      # from the epoch's start, a spacing that does not divide the epoch (937 steps, every 235) gives
+      # no evaluation a step before the epoch end's.
+      into_epoch = step % steps_per_epoch
+      if eval_every and into_epoch and into_epoch % eval_every == 0 and step != last_step:
+        held, verdict = evaluate(verdict)
         progress.resume()
         if verdict.status != outcome.OK:
           break

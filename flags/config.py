@@ -128,7 +128,7 @@ class FaultConfig:
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
-  eval_every: int      # steps between held-out evaluations besides epoch ends (0: epoch ends only)
+  eval_every: int      # steps between held-out evaluations within an epoch, besides its end (0: ends only)
   target_top1: float   # held-out top-1 that ends the run (0: none)
   target_top5: float
 

@@ -14,9 +14,10 @@ QUICK = tta.Budget(target=0.5, max_epochs=6, quick=True)
 
 @pytest.mark.parametrize("key, budget, present, absent", [
     ("a", FULL, ["--global_batch_size=64", "--base_lr=0.2", "--warmup_epochs=0", "--optimizer=sgd",
-                 "--eval_every=234", "--target_top1=0.88", "--epochs=6", "--dataset=fashion_mnist"],
+                 "--eval_every=235", "--target_top1=0.88", "--epochs=6", "--dataset=fashion_mnist",
+                 "--model=resnet8"],
      ["--warmup_start_lr", "--lars_eta", "--accumulation_steps", "--max_steps"]),
-    ("b", FULL, ["--global_batch_size=1024", "--warmup_epochs=1", "--warmup_start_lr=0.05", "--eval_every=14",
+    ("b", FULL, ["--global_batch_size=1024", "--warmup_epochs=1", "--warmup_start_lr=0.05", "--eval_every=15",
                  "--lr_schedule=cosine"], ["--lars_eta", "--accumulation_steps"]),
     ("c", FULL, ["--optimizer=lars", "--base_lr=4", "--lars_eta=0.001", "--lr_schedule=poly", "--precision=fp32"],
      ["--accumulation_steps"]),
@@ -34,7 +35,7 @@ def test_train_args(key, budget, present, absent):
 
 
 @pytest.mark.parametrize("key, per_rank, steps, every", [
-    ("a", 32, 937, 234), ("b", 512, 58, 14), ("d", 512, 58, 14), ("e", 256, 14, 4)])
+    ("a", 32, 937, 235), ("b", 512, 58, 15), ("d", 512, 58, 15), ("e", 256, 14, 4)])
 def test_batches_and_evaluation_spacing(key, per_rank, steps, every):
   s = tta.SETTINGS[key]
   assert (s.per_rank_batch, tta.steps_per_epoch(s), tta.eval_every(s, FULL)) == (per_rank, steps, every)
