@@ -14,6 +14,7 @@ is AUTOTUNE inside a private thread pool of the cores this rank may use
 (World.threads_per_rank), so the ranks of a node do not oversubscribe it.
 """
 import abc
+import dataclasses
 import functools
 import sys
 
@@ -50,18 +51,45 @@ class Input(abc.ABC):
     """This rank's share of the held-out split; None: there is none."""
     return None
 
+  def elastic_plan(self, epoch: int, history: tuple[sharding.Generation, ...]) -> "ElasticPlan":
+    """Elastic training: this rank's share of what the epoch has left after its earlier
+    generations (history), for train_epoch(plan=...)."""
+    raise NotImplementedError(f"{type(self).__name__} has no elastic plan")
 
-def prepare(config: DataConfig, world: World) -> None:
-  """Make the data set's files exist (digits, fashion_mnist: write them once, on one rank per node)."""
-  if config.source is Source.DIGITS and world.local_rank == 0:
+
+@dataclasses.dataclass(frozen=True)
+class ElasticPlan:
+  """This rank's part of generation `generation` of an epoch: `steps` steps of the line
+  positions `positions` (sorted; input/sharding.partition)."""
+  generation: int
+  steps: int
+  positions: np.ndarray
+
+
+# --elastic: every rank interleaves this many record files at a time, whatever its cores (the
+# order a rank read in is replayed by the others when the world changes: _Files.elastic_plan).
+ELASTIC_READERS = 4
+
+
+def prepare(config: DataConfig, world: World, every_rank: bool = False) -> None:
+  """Make the data set's files exist (digits, fashion_mnist: write them once, on one rank per
+  node, which the others wait for at a barrier). every_rank (--elastic, where no collective
+  may come before the elastic loop): each rank writes what is missing itself; shards are
+  renamed into place whole, so two writers of one file leave it complete."""
+  writer = every_rank or world.local_rank == 0
+  if config.source is Source.DIGITS and writer:
     digits.write(config.data_dir)
-  if config.source is Source.FASHION_MNIST and world.local_rank == 0:
+  if config.source is Source.FASHION_MNIST and writer:
     fashion_mnist.write(config.data_dir)
 
 
 def build(config: DataConfig, world: World, seed: int, dtype=tf.float32,
-          scanned: sources.Scanned | None = None) -> Input:
+          scanned: sources.Scanned | None = None, elastic: bool = False) -> Input:
   """The Input of this rank; images come out as `dtype` (the model's compute dtype).
+
+  elastic: the epoch may be dealt again mid-way to another world (Input.elastic_plan), so
+  every rank reads with the same interleave width (ELASTIC_READERS), whatever its cores: any
+  rank can then replay the order another rank read in.
 
   scanned: sources.scan(config) if the caller has it (train.py: from the flag
   check, so the files are read once); scanned here otherwise (digits: after
@@ -72,7 +100,7 @@ def build(config: DataConfig, world: World, seed: int, dtype=tf.float32,
   source = scanned or sources.scan(config)
   for path in source.damaged:
     emit(f"input: {path} is truncated; training on its complete records (--skip_corrupt)")
-  return _Files(config, world, seed, source, dtype)
+  return _Files(config, world, seed, source, dtype, elastic)
 
 
 def _options(world: World) -> tf.data.Options:
@@ -84,13 +112,15 @@ def _options(world: World) -> tf.data.Options:
 
 
 def _reader(source: sources.Scanned, split: sources.Split, threads: int):
-  """read(runs [(file, first, count)], named) -> dataset of (encoded, label, boxes),
-  and `where` (file, or file:record N) after them when named."""
+  """read(runs [(file, first, count)], named, keep=None) -> dataset of (encoded, label, boxes),
+  and `where` (file, or file:record N) after them when named. keep (elastic training's later
+  generations: input/sharding.partition): (offsets, mask), run k's records being positions
+  offsets[k].. of a span of the line and mask[p] True for the span's positions to read."""
   files = tf.constant(split.files or [""])
   if source.source is Source.FOLDER:
     labels = tf.constant(split.labels or [0], tf.int32)
 
-    def read(runs, named):
+    def read(runs, named, keep=None):  # a file per example: the runs name the examples kept
       index = tf.constant([f for f, _, _ in runs], tf.int64)
       ds = tf.data.Dataset.from_tensor_slices(index)
       return ds.map(lambda i: (tf.io.read_file(files[i]), labels[i], tf.zeros([0, 4]))
@@ -99,22 +129,43 @@ def _reader(source: sources.Scanned, split: sources.Split, threads: int):
 
   parse = _tfds_parser(source) if source.source is Source.TFDS else records.parse_with_boxes
 
-  def read(runs, named):
-    columns = [tf.constant(c, tf.int64) for c in zip(*runs)] if runs else [tf.zeros([0], tf.int64)] * 3
-
-    def one_run(i, first, count):
+  def read(runs, named, keep=None):
+    def one_run(i, first, count, offset):
       ds = tf.data.TFRecordDataset(files[i], buffer_size=1 << 20).skip(first).take(count)
-      if not named:
-        return ds
-      where = tf.strings.join([files[i], ":record "])
-      return ds.enumerate(first).map(lambda k, r: (r, tf.strings.join([where, tf.strings.as_string(k)])))
-    ds = tf.data.Dataset.from_tensor_slices(tuple(columns)).interleave(
-        one_run, cycle_length=max(1, min(threads, len(runs))), block_length=1,
-        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+      if named:
+        where = tf.strings.join([files[i], ":record "])
+        ds = ds.enumerate(first).map(lambda k, r: (r, tf.strings.join([where, tf.strings.as_string(k)])))
+      return _kept(ds, offset, count, keep)
+    ds = _interleave(runs, keep, one_run, threads)
     if named:
       return ds.map(lambda r, where: (*parse(r), where), num_parallel_calls=tf.data.AUTOTUNE)
     return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
   return read
+
+
+def _interleave(runs, keep, one_run, threads: int):
+  """one_run(file, first, count, offset in the span) of every run, interleaved one record at a
+  time from up to `threads` runs (deterministic: the order is a function of the runs alone)."""
+  offsets = keep[0] if keep else _offsets(runs)
+  columns = ([tf.constant(c, tf.int64) for c in zip(*runs)] + [tf.constant(offsets, tf.int64)]
+             if runs else [tf.zeros([0], tf.int64)] * 4)
+  return tf.data.Dataset.from_tensor_slices(tuple(columns)).interleave(
+      one_run, cycle_length=max(1, min(threads, len(runs))), block_length=1,
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def _offsets(runs) -> list[int]:
+  """Where each run starts in the span of the line the runs cover, end to end."""
+  return np.concatenate([[0], np.cumsum([n for _, _, n in runs])[:-1]]).astype(np.int64).tolist()
+
+
+def _kept(ds, offset, count, keep):
+  """The records of ds (a run of `count` at `offset` in keep's span) that keep's mask keeps."""
+  if not keep:
+    return ds
+  mask = keep[1]
+  both = tf.data.Dataset.zip((ds, tf.data.Dataset.range(offset, offset + count)))
+  return both.filter(lambda record, p: mask[p]).map(lambda record, p: record)
 
 
 def _tfds_parser(source: sources.Scanned):
@@ -214,13 +265,15 @@ class _Files(Input):
   """The Input of a data set in files (digits, imagenet, folder, tfds): this
   rank's share of each epoch's shuffle, and of the held-out split."""
 
-  def __init__(self, config: DataConfig, world: World, seed: int, source: sources.Scanned, dtype):
+  def __init__(self, config: DataConfig, world: World, seed: int, source: sources.Scanned, dtype,
+               elastic: bool = False):
     super().__init__(source.info, source.info.num_train // config.global_batch)
     self.config, self.world, self.seed, self.source, self.dtype = config, world, seed, source, dtype
     self.quota = self.steps_per_epoch * config.step_batch  # examples this rank trains on per epoch
     self.options = _options(world)
     threads = world.threads_per_rank()
-    self.read_train = _reader(source, source.train, threads)
+    self.readers = ELASTIC_READERS if elastic else threads
+    self.read_train = _reader(source, source.train, self.readers)
     self.read_eval = _reader(source, source.eval, threads)
     self.blank = tf.zeros(self.info.image_shape, dtype)
     self.skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="input_skipped")
@@ -237,19 +290,72 @@ class _Files(Input):
     """The evaluation image: a central crop, no augmentation (digits: as in training)."""
     return preprocessing.held_out_image(encoded, self.info, self.dtype)
 
-  def train_epoch(self, epoch, first_step=0, count=None):
+  def train_epoch(self, epoch, first_step=0, count=None, plan=None):
     config, seed, rank = self.config, self.seed, self.world.rank
-    order = sharding.epoch_order(len(self.source.train.files), seed, epoch)
-    runs = sharding.segments(self.source.train.counts, order, rank * self.quota, self.quota)
-    base_seed = _mix(seed, epoch, rank, 2)
+    if plan is None:
+      order = sharding.epoch_order(len(self.source.train.files), seed, epoch)
+      runs, keep, generation = sharding.segments(self.source.train.counts, order, rank * self.quota, self.quota), None, 0
+      steps = self.steps_per_epoch
+    else:
+      (runs, keep), generation, steps = self._runs_of(epoch, plan.positions), plan.generation, plan.steps
+    base_seed = _mix(seed, epoch, rank, 2, *([generation] if generation else []))
     first = first_step * config.step_batch
-    ds = self._finish(self._train_examples(epoch, runs, config.skip_corrupt).skip(first), self.train_prepare,
-                      base_seed, config.step_batch, drop=True)
-    steps = self.steps_per_epoch
+    examples = lambda named: self._train_examples(epoch, runs, named, keep, generation)
+    ds = self._finish(examples(config.skip_corrupt).skip(first), self.train_prepare, base_seed, config.step_batch,
+                      drop=True)
     left = steps - first_step if count is None else min(count, steps - first_step)
     ds = _to_device(ds.take(left).prefetch(tf.data.AUTOTUNE).with_options(self.options))
-    return self._diagnosed(ds, lambda: self._train_examples(epoch, runs, True), runs, self.source.train,
-                           self.train_prepare, base_seed, first, config.step_batch)
+    return self._diagnosed(ds, lambda: examples(True), runs, self.source.train, self.train_prepare, base_seed,
+                           first, config.step_batch)
+
+  def elastic_plan(self, epoch, history):
+    left = self._remaining(epoch, history)
+    steps, shares = sharding.partition(left, self.world.size, self.config.step_batch)
+    return ElasticPlan(len(history), steps, shares[self.world.rank])
+
+  def _remaining(self, epoch, history) -> np.ndarray:
+    """The line positions the epoch has not trained on after the generations of history:
+    each generation's ranks are dealt their shares as elastic_plan dealt them, and each
+    rank's first steps x step_batch examples, in its reading order (replayed), are gone."""
+    left = np.arange(self.source.train.total)
+    for generation, g in enumerate(history):
+      _, shares = sharding.partition(left, g.size, g.step_batch)
+      read = [self._read_order(epoch, rank, generation, share)[:g.steps * g.step_batch]
+              for rank, share in enumerate(shares)]
+      left = np.setdiff1d(left, np.concatenate(read)) if read else left
+    return left
+
+  def _read_order(self, epoch, rank, generation, positions) -> np.ndarray:
+    """The line positions `positions`, in the order rank `rank` trains on them in that
+    generation: train_epoch's interleave and shuffle replayed on the positions alone (their
+    order depends on the seeds and the counts, never on the records' contents)."""
+    if self.source.source is Source.FOLDER:  # files are read in the order of the runs: unshuffled
+      return np.asarray(positions)
+    (runs, keep), lo = self._runs_of(epoch, positions), int(positions[0]) if len(positions) else 0
+    spans = _interleave(runs, keep, lambda i, first, count, offset: _kept(
+        tf.data.Dataset.range(offset, offset + count), offset, count, keep), self.readers)
+    spans = spans.shuffle(self.config.shuffle_buffer, seed=self._shuffle_seed(epoch, rank, generation))
+    return np.fromiter(spans.as_numpy_iterator(), np.int64, len(positions)) + lo
+
+  def _runs_of(self, epoch, positions) -> tuple[list, tuple | None]:
+    """(runs, keep) of train_epoch's reader for the sorted line positions: the runs of files
+    covering their span, and keep (offsets, mask) when the span holds others too."""
+    if not len(positions):
+      return [], None
+    split = self.source.train
+    order = sharding.epoch_order(len(split.files), self.seed, epoch)
+    lo, span = int(positions[0]), int(positions[-1]) - int(positions[0]) + 1
+    runs = sharding.segments(split.counts, order, lo, span)
+    if span == len(positions):
+      return runs, None
+    mask = np.zeros(span, bool)
+    mask[np.asarray(positions) - lo] = True
+    if self.source.source is Source.FOLDER:  # a run per example: keep the runs themselves
+      return [run for run, kept in zip(runs, mask) if kept], None
+    return runs, (_offsets(runs), tf.constant(mask))
+
+  def _shuffle_seed(self, epoch, rank, generation):
+    return _mix(self.seed, epoch, rank, 1, *([generation] if generation else []))
 
   def eval(self):
     split, config = self.source.eval, self.config
@@ -263,12 +369,12 @@ class _Files(Input):
     return self._diagnosed(ds, lambda: self.read_eval(runs, True).enumerate(), runs, split, self.eval_prepare,
                            0, 0, config.eval_batch_size)
 
-  def _train_examples(self, epoch, runs, named):
-    """This rank's examples of the epoch in training order, enumerated: the
-    position is the augmentation seed, so skipping to a step is exact."""
-    ds = self.read_train(runs, named)
+  def _train_examples(self, epoch, runs, named, keep=None, generation=0):
+    """This rank's examples of the epoch (or of an elastic generation of it) in training
+    order, enumerated: the position is the augmentation seed, so skipping to a step is exact."""
+    ds = self.read_train(runs, named, keep)
     if self.source.source is not Source.FOLDER:  # image files are already in a per-example shared permutation
-      ds = ds.shuffle(self.config.shuffle_buffer, seed=_mix(self.seed, epoch, self.world.rank, 1))
+      ds = ds.shuffle(self.config.shuffle_buffer, seed=self._shuffle_seed(epoch, self.world.rank, generation))
     return ds.enumerate()
 
   def _finish(self, ds, prepare, base_seed, batch, drop):
@@ -342,12 +448,18 @@ class _Synthetic(Input):
   def __init__(self, config: DataConfig, seed: int, dtype):
     info = config.dataset
     super().__init__(info, info.num_train // config.global_batch)
+    self.world_size, self.step_batch = config.global_batch // config.step_batch, config.step_batch
     rng = np.random.default_rng(seed)
     images = tf.constant(rng.standard_normal((config.step_batch, *info.image_shape), np.float32), dtype)
     labels = tf.constant(rng.integers(0, info.num_classes, config.step_batch, np.int32))
     self.batch = tf.data.Dataset.from_tensors((images, labels))
 
-  def train_epoch(self, epoch, first_step=0, count=None):
-    steps = self.steps_per_epoch
+  def train_epoch(self, epoch, first_step=0, count=None, plan=None):
+    steps = self.steps_per_epoch if plan is None else plan.steps
     left = steps - first_step if count is None else min(count, steps - first_step)
     return self.batch.repeat(left)
+
+  def elastic_plan(self, epoch, history):
+    """The steps what the epoch has left makes for this world (the examples have no positions)."""
+    left = self.info.num_train - sum(g.size * g.step_batch * g.steps for g in history)
+    return ElasticPlan(len(history), left // (self.world_size * self.step_batch), np.zeros([0], np.int64))

@@ -9,8 +9,34 @@ before they are opened (a rank reads only its own), no example is read twice
 within an epoch, and the few left over (fewer than one global batch) change
 from epoch to epoch. A file split between two ranks is read from an offset.
 Pure numpy: the plan is a table test away from being checked.
+
+Elastic training (--elastic) splits an epoch into generations, one per world:
+when ranks leave or join mid-epoch, the examples the epoch has not yet trained
+on are dealt again to the new ranks (partition), so no example is seen twice in
+the epoch and none is skipped but fewer than one global batch.
 """
+import dataclasses
+
 import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Generation:
+  """A stretch of an epoch trained by one world: `size` ranks of `step_batch` examples a step
+  for `steps` steps (elastic training's history of an epoch is a tuple of these)."""
+  size: int
+  step_batch: int
+  steps: int
+
+
+def partition(remaining: np.ndarray, size: int, step_batch: int) -> tuple[int, list[np.ndarray]]:
+  """(steps, [positions of rank r]): `size` ranks of `step_batch` examples a step share the
+  epoch's `remaining` line positions (sorted) in contiguous runs of steps * step_batch, in line
+  order; the last len(remaining) % (size * step_batch) wait for the next epoch, as at an epoch's
+  end. The whole epoch (remaining = all positions) is dealt as the non-elastic plan deals it."""
+  steps = len(remaining) // (size * step_batch)
+  share = steps * step_batch
+  return steps, [np.asarray(remaining[r * share:(r + 1) * share]) for r in range(size)]
 
 
 def epoch_order(num_files: int, seed: int, epoch: int) -> np.ndarray:
