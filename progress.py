@@ -20,10 +20,11 @@ def emit(line: str, stream=None) -> None:
   stream.flush()
 
 
-def logger(enabled: bool):
-  """log(fmt, *args): a timestamped line on stderr, or nothing where not enabled (rank != 0)."""
+def logger(enabled):
+  """log(fmt, *args): a timestamped line on stderr, or nothing where not enabled (rank != 0).
+  enabled: a bool, or a function asked at each line (--elastic: rank 0 may change)."""
   def log(fmt, *args):
-    if enabled:
+    if enabled() if callable(enabled) else enabled:
       emit(time.strftime("%H:%M:%S ") + (fmt % args if args else fmt))
   return log
 

@@ -13,5 +13,10 @@ def init(hvd, ranks_per_node: int = 0) -> World:
   hvd.init(process_sets="dynamic")
   # Horovod's own figures only: no TensorFlow op here, so train.py can still
   # set TensorFlow's thread pools after this call.
+  return world(hvd, ranks_per_node)
+
+
+def world(hvd, ranks_per_node: int = 0) -> World:
+  """The World Horovod has now (--elastic: after a change of hosts, the new one)."""
   return from_horovod_values(hvd.size(), hvd.rank(), hvd.local_rank(), hvd.local_size(),
                              hvd.cross_rank(), hvd.is_homogeneous(), ranks_per_node)

@@ -124,6 +124,8 @@ class CommConfig:
 class FaultConfig:
   stall_timeout: float    # seconds without progress before the job is ended (0: never)
   max_skipped_steps: int  # fp16: overflow-skipped steps in a row that count as divergence
+  elastic: bool = False   # Horovod elastic (Gloo): ranks may leave and join (training/elastic.py)
+  elastic_commit_every: int = 10  # steps between commits, the most a lost rank costs the others
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,17 @@ def define() -> None:
       "max_skipped_steps", 10,
       "fp16: stop the run as diverged (status 3) after this many overflow-skipped steps in a row, "
       "when lowering the loss scale no longer helps.")
+  absl_flags.DEFINE_boolean(
+      "elastic", False,
+      "Elastic training (Horovod elastic, Gloo): when a host is lost the other ranks roll back to "
+      "the last commit and go on; when one comes back its ranks join. Launch with horovodrun --gloo "
+      "-np N --min-np M --host-discovery-script S. --batch_size keeps the per-rank batch (the global "
+      "batch and the LR follow the world, the linear scaling rule); --global_batch_size keeps the "
+      "global batch (the per-rank batch is recomputed; a world it does not divide ends the run).")
+  absl_flags.DEFINE_integer(
+      "elastic_commit_every", 10,
+      "--elastic: steps between commits of the training state to host memory (and at every "
+      "checkpoint); a lost host costs the others at most this many steps.")
 
 
 def build(f) -> FaultConfig:
@@ -23,4 +34,11 @@ def build(f) -> FaultConfig:
   if f.max_skipped_steps < 1:
     raise ConfigError(f"--max_skipped_steps={f.max_skipped_steps} must be at least 1, e.g. "
                       "--max_skipped_steps=10.")
-  return FaultConfig(stall_timeout=f.stall_timeout, max_skipped_steps=f.max_skipped_steps)
+  if f.elastic_commit_every < 1:
+    raise ConfigError(f"--elastic_commit_every={f.elastic_commit_every} must be at least 1, e.g. "
+                      "--elastic_commit_every=10.")
+  if f.elastic and f.skip_corrupt:
+    raise ConfigError("--elastic cannot be combined with --skip_corrupt (a world change replays what "
+                      "each rank read, which skipped records would shift); drop one of the two.")
+  return FaultConfig(stall_timeout=f.stall_timeout, max_skipped_steps=f.max_skipped_steps,
+                     elastic=f.elastic, elastic_commit_every=f.elastic_commit_every)

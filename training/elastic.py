@@ -1,0 +1,146 @@
+"""Elastic training (--elastic): Horovod elastic on Gloo, with a state of our own.
+
+When a host is lost, `horovodrun --gloo --min-np M --host-discovery-script S` keeps the
+surviving ranks; when a host comes back, its ranks join. Each time, every rank rolls back to
+the last commit (TrainingState), Horovod re-forms the world, rank 0's state is broadcast (a
+new rank receives it) and training goes on from that commit in a new world: the epoch's
+remaining examples are dealt again (input/sharding.partition), the exchange's process sets
+and plan are rebuilt for the new node groups, and the global batch and LR follow the
+policy of train.py's batch flags.
+
+Horovod's own TensorFlow states predate Keras 3 (horovod 0.28.1's TensorFlowKerasState
+calls optimizer.variables(), a property in Keras 3) and its elastic.run recovers only from
+errors naming HorovodAllreduce/Allgather/Broadcast, so a failure inside a grouped allreduce
+or a reduce-scatter (what flat and hier call) ended the job; run() here recovers from every
+error comm.sync.peer_failure recognises.
+"""
+import dataclasses
+import glob
+import json
+import os
+
+from horovod.common.elastic import State, run_fn
+from horovod.common.exceptions import HorovodInternalError
+
+from comm import hierarchical, sync
+from input.sharding import Generation
+from progress import write_json_atomic
+
+
+@dataclasses.dataclass(frozen=True)
+class Position:
+  """Where training is, in the data: `images` and `step` (updates) since the run began, the
+  epoch, its earlier generations (worlds) and the current one's steps so far (input/pipeline's
+  elastic_plan deals the rest of the epoch from these)."""
+  epoch: int = 0
+  history: tuple[Generation, ...] = ()
+  current: Generation | None = None
+  images: int = 0
+  step: int = 0
+
+  def world_changed(self) -> "Position":
+    """The position a new world starts from: the current generation joins the epoch's history."""
+    done = (self.current,) if self.current and self.current.steps else ()
+    return dataclasses.replace(self, history=self.history + done, current=None)
+
+  def after_step(self, size: int, step_batch: int, global_batch: int) -> "Position":
+    steps = self.current.steps + 1 if self.current else 1
+    return dataclasses.replace(self, current=Generation(size, step_batch, steps),
+                               images=self.images + global_batch, step=self.step + 1)
+
+  def next_epoch(self) -> "Position":
+    return dataclasses.replace(self, epoch=self.epoch + 1, history=(), current=None)
+
+  def to_json(self) -> dict:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_json(cls, d: dict) -> "Position":
+    gens = tuple(Generation(**g) for g in d.get("history", ()))
+    current = Generation(**d["current"]) if d.get("current") else None
+    return cls(epoch=d["epoch"], history=gens, current=current, images=d["images"], step=d["step"])
+
+
+class TrainingState(State):
+  """What a commit keeps on every rank, a reset rolls back to and a new rank is sent: the
+  variables (weights, BatchNorm statistics, optimizer slots, the step) and the Position.
+
+  save() copies the variables to host memory (the commit's cost, measured by make faults),
+  restore() puts them back, sync() broadcasts rank 0's to every rank.
+  """
+
+  def __init__(self, hvd, variables, position: Position):
+    super().__init__(bcast_object=lambda obj: hvd.broadcast_object(obj, root_rank=0, name="elastic_state"),
+                     get_rank=hvd.rank)
+    self.hvd, self.variables, self.position = hvd, list(variables), position
+    self.commits = 0
+    self.steps_lost = []  # per roll-back: the steps trained since the commit it went back to
+    self.save()
+
+  def save(self):
+    self._values = [v.numpy() for v in self.variables]
+    self._position = self.position
+    self.commits += 1
+
+  def restore(self):
+    for v, value in zip(self.variables, self._values):
+      v.assign(value)
+    self.steps_lost.append(self.position.step - self._position.step)
+    self.position = self._position
+
+  def sync(self):
+    sync.broadcast_state(self.hvd, self.variables)
+    self.position = Position.from_json(self._bcast_object(self.position.to_json()))
+    self.save()
+
+
+def run(hvd, fn):
+  """fn(state) under Horovod's elastic loop: a lost peer (any error comm.sync.peer_failure
+  recognises) rolls every survivor back to the last commit; a host added or removed by the
+  discovery script interrupts at the next commit; after either, Horovod is started again for
+  the new world and fn runs again from the synchronised state."""
+  def recovering(state):
+    try:
+      return fn(state)
+    except HorovodInternalError:
+      raise
+    except Exception as e:  # noqa: BLE001  (re-raised unless a peer was lost)
+      if sync.peer_failure(e) is None:
+        raise
+      raise HorovodInternalError(e) from e
+
+  def reset():
+    hvd.shutdown()
+    hierarchical.register.cache_clear()  # the old world's process sets are gone with it
+    hvd.init(process_sets="dynamic")
+
+  return run_fn(recovering, reset)
+
+
+def position_path(model_dir: str, step: int) -> str:
+  return os.path.join(model_dir, f"position-{step}.json")
+
+
+def write_position(model_dir: str, step: int, position: Position) -> None:
+  """Beside checkpoint `step` (written just before it): where in the data that step is. The
+  positions of checkpoints no longer kept go with them."""
+  write_json_atomic(position_path(model_dir, step), position.to_json())
+  kept = {os.path.basename(p) for p in glob.glob(os.path.join(model_dir, "ckpt-*.index"))}
+  for path in glob.glob(os.path.join(model_dir, "position-*.json")):
+    number = os.path.basename(path)[len("position-"):-len(".json")]
+    if number != str(step) and f"ckpt-{number}.index" not in kept:
+      os.remove(path)
+
+
+def read_position(model_dir: str, step: int, steps_per_epoch: int, log) -> Position:
+  """The Position of checkpoint `step`; for a checkpoint of a run without --elastic, the start
+  of its epoch's remainder (the epoch's first steps are dealt again: logged)."""
+  path = position_path(model_dir, step)
+  if os.path.exists(path):
+    with open(path) as fh:
+      return Position.from_json(json.load(fh))
+  epoch, offset = divmod(step, steps_per_epoch)
+  if offset:
+    log("checkpoint %d has no elastic position (a run without --elastic): epoch %d starts again "
+        "in this world", step, epoch)
+  return Position(epoch=epoch, step=step, images=0)
