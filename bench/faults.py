@@ -13,7 +13,7 @@ left behind (every pid the job ever had is tracked: a launcher that dies
 leaves its children re-parented, out of reach of a process-tree walk), and
 the line the user saw. Then the same command again, which must resume.
 The multi-process tests (tests/multiprocess/test_faults.py) assert the same properties
-through this module's Job; only this program reports times.
+through bench/launches.py's Job; only this program reports times.
 """
 import argparse
 import dataclasses
@@ -25,184 +25,15 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
-import psutil
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-PYTHON = sys.executable
 
-from bench import faults_slurm  # noqa: E402
-from bench.slurm_jobs import env  # noqa: E402  (the launches' environment, one definition)
+from bench import faults_elastic, faults_slurm  # noqa: E402
+from bench.launches import STEP_LINE, Job, newest_checkpoint  # noqa: E402  (and the tests')
 from progress import emit, write_json_atomic  # noqa: E402
-STEP_LINE = re.compile(r"step +(\d+)/\d+")
-# A rank's tag (mpirun's or Gloo's), rank 0's log time (checkpoints.py logs a damaged one), the line.
-USER_LINE = re.compile(r"^(?:\[\d+(?:,\d+)?\]<std\w+>:)?(?:\d\d:\d\d:\d\d )?"
-                       r"((?:stopped|stalled|diverged|error|checkpoint)\b.*)$", re.M)
-START_TIMEOUT_S = 900  # for the step a fault waits for: a launch on the loaded 2-core machine took minutes
-CHECKPOINT = re.compile(r"^ckpt-(\d+)\.index$")
-
-
-
-def newest_checkpoint(model_dir: str) -> int | None:
-  """The step of the newest complete checkpoint file set in model_dir, or None."""
-  try:
-    steps = [int(m.group(1)) for f in os.listdir(model_dir) if (m := CHECKPOINT.match(f))]
-  except FileNotFoundError:
-    return None
-  return max(steps, default=None)
-
-
-class Job:
-  """One launch of train.py (horovodrun, 2 ranks by default) in a session of its own.
-
-  Every pid the job ever had is recorded by a thread (every 0.2 s), so
-  processes that outlive their parent are still found; kill() ends exactly
-  those, by pid.
-  """
-
-  def __init__(self, model_dir: str, *train_args: str, np_: int = 2, gloo: bool = False,
-               launcher: list[str] | None = None, extra_env: dict | None = None):
-    self.model_dir = model_dir
-    cmd = launcher or ["horovodrun", "-np", str(np_), "-H", f"localhost:{np_}"] + (["--gloo"] if gloo else [])
-    self.cmd = cmd + [PYTHON, "train.py", f"--model_dir={model_dir}", *train_args]
-    self.env = dict(env(), **(extra_env or {}))
-    self.pids: set[int] = set()
-    self._seen: dict[int, psutil.Process] = {}
-    self._out = tempfile.TemporaryFile("w+")
-    self._err = tempfile.TemporaryFile("w+")
-    self.proc = None
-    self._stop = threading.Event()
-
-  def start(self) -> "Job":
-    self.proc = subprocess.Popen(self.cmd, cwd=REPO, env=self.env, stdin=subprocess.DEVNULL,
-                                 stdout=self._out, stderr=self._err, text=True, start_new_session=True)
-    self._track(self.proc.pid)
-    threading.Thread(target=self._tracker, daemon=True).start()
-    return self
-
-  def _track(self, pid: int) -> None:
-    if pid not in self._seen:
-      try:
-        self._seen[pid] = psutil.Process(pid)
-        self.pids.add(pid)
-      except psutil.NoSuchProcess:
-        pass
-
-  def _tracker(self) -> None:
-    while not self._stop.wait(0.2):
-      for proc in list(self._seen.values()):
-        try:
-          for child in proc.children(recursive=True):
-            self._track(child.pid)
-        except psutil.NoSuchProcess:
-          pass
-
-  # ------------------------------------------------------------- reading --
-  def stderr(self) -> str:
-    self._err.flush()
-    self._err.seek(0)
-    return self._err.read()
-
-  def stdout(self) -> str:
-    self._out.flush()
-    self._out.seek(0)
-    return self._out.read()
-
-  def step(self) -> int:
-    """The newest step rank 0 reported (0 before the first progress line)."""
-    steps = STEP_LINE.findall(self.stderr())
-    return int(steps[-1]) if steps else 0
-
-  def wait_for_step(self, step: int, timeout: float = START_TIMEOUT_S) -> int:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-      if self.step() >= step:
-        return self.step()
-      if self.proc.poll() is not None:
-        raise AssertionError(f"the job ended ({self.proc.returncode}) before step {step}:\n{self.tail()}")
-      time.sleep(0.1)
-    raise AssertionError(f"no step {step} within {timeout} s:\n{self.tail()}")
-
-  def rank_traceback(self) -> bool:
-    """Whether a rank printed a traceback (the launcher's own lines are not tagged with a rank:
-    horovodrun over Gloo ends with a RuntimeError of its own whenever a rank exits non-zero)."""
-    return bool(re.search(r"^\[\d+(,\d+)?\]<stderr>:Traceback \(most recent call last\)", self.stderr(), re.M))
-
-  def user_lines(self) -> list[str]:
-    """The lines a user acts on: stopped/stalled/diverged/error/checkpoint ..."""
-    return [m.group(1).strip() for m in USER_LINE.finditer(self.stderr())]
-
-  def tail(self, n: int = 3000) -> str:
-    return f"stdout:\n{self.stdout()[-n:]}\nstderr:\n{self.stderr()[-n:]}"
-
-  # ------------------------------------------------------------- faults --
-  def rank_pid(self, rank: int) -> int:
-    """The pid of train.py's rank `rank` (from its environment: Open MPI's or Gloo's rank)."""
-    for pid in sorted(self.alive()):
-      try:
-        proc = self._seen[pid]
-        if "train.py" not in " ".join(proc.cmdline()):
-          continue
-        e = proc.environ()
-      except (psutil.NoSuchProcess, psutil.AccessDenied):
-        continue
-      if e.get("OMPI_COMM_WORLD_RANK", e.get("HOROVOD_RANK")) == str(rank):
-        return pid
-    raise AssertionError(f"no process of rank {rank} among {sorted(self.alive())}")
-
-  def signal(self, sig: int, rank: int | None = None) -> None:
-    """Send sig to the launcher (rank None) or to one rank's process."""
-    os.kill(self.proc.pid if rank is None else self.rank_pid(rank), sig)
-
-  # ------------------------------------------------------------- the end --
-  def alive(self) -> set[int]:
-    """The job's processes still running (zombies are gone: they only wait to be reaped)."""
-    running = set()
-    for pid, proc in list(self._seen.items()):
-      try:
-        if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-          running.add(pid)
-      except psutil.NoSuchProcess:
-        pass
-    return running
-
-  def wait_gone(self, timeout: float) -> tuple[float, set[int]]:
-    """(seconds until every process of the job was gone, the pids still alive at the timeout)."""
-    start = time.time()
-    while time.time() - start < timeout:
-      self.proc.poll()
-      if not self.alive():
-        break
-      time.sleep(0.05)
-    self.proc.poll()
-    return time.time() - start, self.alive()
-
-  def kill(self) -> None:
-    """SIGKILL every process of the job still alive, by pid, and reap the launcher."""
-    self._stop.set()
-    for pid in self.alive():
-      try:
-        os.kill(pid, signal.SIGKILL)
-      except ProcessLookupError:
-        pass
-    if self.proc and self.proc.poll() is None:
-      try:
-        self.proc.wait(timeout=10)
-      except subprocess.TimeoutExpired:
-        pass
-
-  def __enter__(self):
-    return self.start()
-
-  def __exit__(self, *exc):
-    self.kill()
-    self._out.close()
-    self._err.close()
-
-
 # ------------------------------------------------------------- the faults --
 BASE_ARGS = ("--max_steps=600", "--log_every=1", "--checkpoint_every=5", "--stall_timeout=30")
 FAULT_AT_STEP = 12       # the fault comes once rank 0 reported this step (before the first evaluation)
@@ -440,7 +271,7 @@ horovodrun killed by the signal itself shows as a negative number (-15: SIGTERM)
 is handled: docs/faults.md.
 
 {table(rows)}
-""")
+{elastic_section(out_dir)}""")
 
 
 def main(argv=None):
@@ -449,10 +280,10 @@ def main(argv=None):
   parser.add_argument("--out_dir", default=os.path.join(REPO, "results"))
   args = parser.parse_args(argv)
   chosen = [f for f in FAULTS if not args.only or f.name in args.only.split(",")]
-  unknown = set(filter(None, args.only.split(","))) - {f.name for f in FAULTS} - set(faults_slurm.NAMES)
+  others = list(faults_slurm.NAMES) + list(faults_elastic.NAMES)
+  unknown = set(filter(None, args.only.split(","))) - {f.name for f in FAULTS} - set(others)
   if unknown:
-    parser.error(f"unknown faults {sorted(unknown)}; choose from "
-                 f"{', '.join([f.name for f in FAULTS] + list(faults_slurm.NAMES))}")
+    parser.error(f"unknown faults {sorted(unknown)}; choose from {', '.join([f.name for f in FAULTS] + others)}")
   start = time.time()
   rows = []
   report = os.path.join(args.out_dir, "faults.json")
@@ -473,9 +304,47 @@ def main(argv=None):
       rows, seconds = merged([row], report, time.time() - start)
       start = time.time()
       write_report(rows, args.out_dir, seconds)
+    elastic_rows, commit = faults_elastic.rows(args.only, workdir)  # 2 emulated hosts, --elastic
+    if elastic_rows:
+      write_elastic(elastic_rows, commit, args.out_dir)
+      write_report(merged([], report, 0)[0], args.out_dir, old_seconds(report))
   if slurm_note:
     faults_slurm.add_note(args.out_dir, slurm_note)
   emit(table(rows), sys.stdout)
+
+
+ELASTIC_REPORT = "faults_elastic.json"
+
+
+def write_elastic(rows: list[dict], commit: dict | None, out_dir: str) -> None:
+  """The elastic rows in their own file, in place of the same faults' rows (so --only keeps the others)."""
+  path = os.path.join(out_dir, ELASTIC_REPORT)
+  old = json.load(open(path)) if os.path.exists(path) else {"rows": [], "resnet50_commit": None}
+  by_name = {r["fault"]: r for r in old["rows"]} | {r["fault"]: r for r in rows}
+  write_json_atomic(path, {"rows": list(by_name.values()), "resnet50_commit": commit or old["resnet50_commit"]})
+
+
+def elastic_section(out_dir: str) -> str:
+  """results/faults.md's elastic section, from faults_elastic.json when it exists."""
+  path = os.path.join(out_dir, ELASTIC_REPORT)
+  if not os.path.exists(path):
+    return ""
+  with open(path) as fh:
+    report = json.load(fh)
+  return f"""
+## Elastic training: a host lost, and back (`--elastic`)
+
+{faults_elastic.__doc__.split(chr(10) * 2, 2)[2].strip()}
+
+{faults_elastic.table(report["rows"], report["resnet50_commit"])}
+"""
+
+
+def old_seconds(path: str) -> float:
+  if not os.path.exists(path):
+    return 0.0
+  with open(path) as fh:
+    return json.load(fh).get("wall_seconds", 0)
 
 
 def failed_row(fault: Fault, error: Exception) -> dict:

@@ -1,0 +1,154 @@
+"""The elastic rows of `make faults`: a host lost and back on 2 emulated hosts (--elastic).
+
+  python -m bench.faults --only elastic-horovod,elastic-hybrid
+
+train.py --elastic on the digits set under horovodrun --gloo in elastic mode (bench/launches.Hosts:
+2 emulated hosts x 1 rank, cluster imcelf on 198.18.16.0/24, --min-np 1). Once rank 0 reported
+step LOSE_AT, the second host is lost (no longer listed, its ranks SIGKILLed); once the first
+trains alone, the host is listed again. Measured: the time from the loss to the first step of
+the one-rank world, the steps lost (train.py's roll-back to its last commit), the time from the
+host listed again to the first step of the two-rank world, a commit's time against a step's, the
+exit status, the processes left, the final accuracy and whether the replicas ended identical.
+And a commit of ResNet-50's state (weights, BatchNorm statistics, momentum: what a commit copies
+to host memory on every rank), timed in a process of its own.
+"""
+import json
+import os
+import re
+import subprocess
+import time
+
+from bench.launches import PYTHON, REPO, STEP_LINE, Hosts, Job, world_sizes
+from progress import emit
+
+NAME, SUBNET = "imcelf", "198.18.16"  # not the tests' (imcelt) nor a user's (imc)
+COMMIT_EVERY = 10
+LOSE_AT = 25
+ARGS = ("--model=resnet20", "--elastic", f"--elastic_commit_every={COMMIT_EVERY}", "--log_every=1",
+        "--noexport", "--epochs=4", "--seed=3")
+BOUND_S = 600
+FAULTS = {"elastic-horovod": "horovod", "elastic-hybrid": "hybrid"}
+NAMES = tuple(FAULTS)
+LAUNCHER = "horovodrun --gloo elastic, 2 emulated hosts x 1 (--min-np 1)"
+
+
+def _first_step_after_world(text: str, index: int) -> bool:
+  """Whether rank 0 reported a step after its index-th world line."""
+  starts = [m.end() for m in re.finditer(r"world: \d+ ranks on", text)]
+  return len(starts) > index and bool(STEP_LINE.search(text, starts[index]))
+
+
+def _wait(job, predicate, what: str) -> float:
+  """Seconds until predicate(rank 0's log) holds (polled every 0.1 s)."""
+  start = time.time()
+  while time.time() - start < BOUND_S:
+    if predicate(job.stderr()):
+      return time.time() - start
+    if job.proc.poll() is not None:
+      raise AssertionError(f"the job ended ({job.proc.returncode}) before {what}:\n{job.tail()}")
+    time.sleep(0.1)
+  raise AssertionError(f"no {what} within {BOUND_S} s:\n{job.tail()}")
+
+
+def lose_and_join(hosts: Hosts, workdir: str, fault: str) -> dict:
+  model_dir = os.path.join(workdir, fault)
+  emit(f"faults: {fault}: the second host lost at step {LOSE_AT}, then listed again ({LAUNCHER})")
+  hosts.publish(*hosts.names)
+  with Job(model_dir, *ARGS, f"--allreduce={FAULTS[fault]}", launcher=hosts.launcher(2, 1, 2),
+           extra_env=hosts.env) as job:
+    at = job.wait_for_step(LOSE_AT, timeout=BOUND_S)
+    killed = hosts.lose(job, hosts.names[1])
+    to_training = _wait(job, lambda t: world_sizes(t)[1:2] == [1] and _first_step_after_world(t, 1),
+                        "a step of the one-rank world")
+    hosts.publish(*hosts.names)
+    to_join = _wait(job, lambda t: world_sizes(t)[2:3] == [2] and _first_step_after_world(t, 2),
+                    "a step of the two-rank world")
+    _, left = job.wait_gone(BOUND_S)
+    with open(os.path.join(model_dir, "summary.json")) as fh:
+      summary = json.load(fh)
+  e = summary["elastic"]
+  step_ms = 1000 * summary["global_batch"] / summary["images_per_sec"]
+  commit_ms = 1000 * e["commit_seconds_median"]
+  row = {"fault": fault, "what": f"SIGKILL to every rank of the second host at step {at}, then the host listed again",
+         "launcher": LAUNCHER, "allreduce": FAULTS[fault], "killed": len(killed),
+         "seconds_to_training": round(to_training, 1), "steps_lost": e["steps_lost"],
+         "seconds_to_join": round(to_join, 1), "worlds": e["worlds"], "commit_every": COMMIT_EVERY,
+         "commit_ms": round(commit_ms, 1), "step_ms": round(step_ms, 1),
+         "commit_per_step": round(commit_ms / COMMIT_EVERY / step_ms, 4),
+         "exit_status": job.proc.returncode, "processes_left": len(left), "final_top1": summary["final_top1"],
+         "replicas_identical": summary["replicas_identical"], "epochs": summary["epochs"]}
+  emit(f"faults: {fault}: training again {row['seconds_to_training']} s after the loss, {e['steps_lost']} "
+       f"steps lost, joined {row['seconds_to_join']} s after the host came back, exit {row['exit_status']}")
+  return row
+
+
+def resnet50_commit_seconds() -> dict:
+  """A commit (TrainingState.save: every variable copied to host memory) of ResNet-50 with SGD's
+  momentum, median of 5, in a process of its own (no Horovod world is needed to copy)."""
+  code = (
+      "import statistics, time, json\n"
+      "import keras, tensorflow as tf\n"
+      "import horovod.tensorflow as hvd\n"
+      "from models import build_model\n"
+      "from training.elastic import Position, TrainingState\n"
+      "model = build_model('resnet50', 1000, (224, 224, 3), zero_init_residual=True)\n"
+      "opt = keras.optimizers.SGD(momentum=0.9)\n"
+      "opt.build(model.trainable_variables)\n"
+      "variables = model.variables + opt.variables\n"
+      "state = TrainingState(hvd, variables, Position())\n"
+      "times = []\n"
+      "for _ in range(5):\n"
+      "  t = time.perf_counter(); state.save(); times.append(time.perf_counter() - t)\n"
+      "print(json.dumps({'seconds': statistics.median(times), 'bytes': sum(v.numpy().nbytes for v in variables)}))\n")
+  done = subprocess.run([PYTHON, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  if done.returncode:
+    raise AssertionError(done.stderr[-2000:])
+  return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def rows(only: str, workdir: str) -> tuple[list[dict], dict | None]:
+  """The elastic rows chosen by --only (all when empty), and ResNet-50's commit (None if not run)."""
+  chosen = [name for name in NAMES if not only or name in only.split(",")]
+  if not chosen:
+    return [], None
+  hosts = Hosts(NAME, SUBNET, 2, os.path.join(workdir, "elastic-hosts.txt"))
+  why = hosts.up()
+  if why:
+    emit(f"faults: elastic rows skipped: no emulated hosts ({why})")
+    return [], None
+  out = []
+  try:
+    for name in chosen:
+      try:
+        out.append(lose_and_join(hosts, workdir, name))
+      except Exception as e:  # noqa: BLE001  (a row that could not be measured says why)
+        emit(f"faults: {name}: not measured: {str(e).splitlines()[0]}")
+        out.append({"fault": name, "what": "not measured", "launcher": LAUNCHER,
+                    "line": f"not measured: {str(e).splitlines()[0]}"})
+  finally:
+    hosts.down()
+  return out, resnet50_commit_seconds()
+
+
+def table(rows: list[dict], commit: dict | None) -> str:
+  """The elastic section of results/faults.md (pure: rows in, markdown out)."""
+  out = ["| fault | allreduce | s from the loss to training | steps lost (commit every) | s from the return to "
+         "training together | worlds | a commit / a step (ms) | commit cost per step | exit | left | final "
+         "top-1 | replicas identical |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    if "seconds_to_training" not in r:
+      out.append(f"| {r['fault']} | {r['line']} |" + " |" * 10)
+      continue
+    out.append(f"| {r['fault']}: {r['what']} | {r['allreduce']} | {r['seconds_to_training']} | "
+               f"{', '.join(map(str, r['steps_lost']))} ({r['commit_every']}) | {r['seconds_to_join']} | "
+               f"{' -> '.join(map(str, r['worlds']))} | {r['commit_ms']} / {r['step_ms']} | "
+               f"{r['commit_per_step']:.2%} | {r['exit_status']} | {r['processes_left']} | "
+               f"{r['final_top1']:.4f} | {r['replicas_identical']} |")
+  if commit:
+    ms = commit["seconds"] * 1000
+    out.append(f"\nA commit of ResNet-50's state with SGD momentum ({commit['bytes'] / 2**20:.0f} MiB copied to host "
+               f"memory on every rank, this CPU, median of 5): {ms:.0f} ms, so {ms / 10:.0f} ms a step at "
+               f"--elastic_commit_every=10; weigh it against the step time of the machine it runs on and the "
+               f"steps a lost host costs (at most --elastic_commit_every).")
+  return "\n".join(out)

@@ -1,0 +1,253 @@
+"""Launches of train.py that a test or a benchmark watches and ends: bench/faults.py's rows,
+bench/faults_elastic.py's and the multi-process fault tests share them.
+
+Job: one launch in a session of its own, every pid it ever had tracked, ended by pid.
+Hosts: emulated hosts (network namespaces) for elastic launches, a host lost and back.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import psutil
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+PYTHON = sys.executable
+
+from bench.slurm_jobs import env  # noqa: E402  (the launches' environment, one definition)
+
+STEP_LINE = re.compile(r"step +(\d+)/\d+")
+# A rank's tag (mpirun's or Gloo's), rank 0's log time (checkpoints.py logs a damaged one), the line.
+USER_LINE = re.compile(r"^(?:\[\d+(?:,\d+)?\]<std\w+>:)?(?:\d\d:\d\d:\d\d )?"
+                       r"((?:stopped|stalled|diverged|error|checkpoint)\b.*)$", re.M)
+START_TIMEOUT_S = 900  # for the step a fault waits for: a launch on the loaded 2-core machine took minutes
+CHECKPOINT = re.compile(r"^ckpt-(\d+)\.index$")
+
+
+
+def newest_checkpoint(model_dir: str) -> int | None:
+  """The step of the newest complete checkpoint file set in model_dir, or None."""
+  try:
+    steps = [int(m.group(1)) for f in os.listdir(model_dir) if (m := CHECKPOINT.match(f))]
+  except FileNotFoundError:
+    return None
+  return max(steps, default=None)
+
+
+class Job:
+  """One launch of train.py (horovodrun, 2 ranks by default) in a session of its own.
+
+  Every pid the job ever had is recorded by a thread (every 0.2 s), so
+  processes that outlive their parent are still found; kill() ends exactly
+  those, by pid.
+  """
+
+  def __init__(self, model_dir: str, *train_args: str, np_: int = 2, gloo: bool = False,
+               launcher: list[str] | None = None, extra_env: dict | None = None):
+    self.model_dir = model_dir
+    cmd = launcher or ["horovodrun", "-np", str(np_), "-H", f"localhost:{np_}"] + (["--gloo"] if gloo else [])
+    self.cmd = cmd + [PYTHON, "train.py", f"--model_dir={model_dir}", *train_args]
+    self.env = dict(env(), **(extra_env or {}))
+    self.pids: set[int] = set()
+    self._seen: dict[int, psutil.Process] = {}
+    self._out = tempfile.TemporaryFile("w+")
+    self._err = tempfile.TemporaryFile("w+")
+    self.proc = None
+    self._stop = threading.Event()
+
+  def start(self) -> "Job":
+    self.proc = subprocess.Popen(self.cmd, cwd=REPO, env=self.env, stdin=subprocess.DEVNULL,
+                                 stdout=self._out, stderr=self._err, text=True, start_new_session=True)
+    self._track(self.proc.pid)
+    threading.Thread(target=self._tracker, daemon=True).start()
+    return self
+
+  def _track(self, pid: int) -> None:
+    if pid not in self._seen:
+      try:
+        self._seen[pid] = psutil.Process(pid)
+        self.pids.add(pid)
+      except psutil.NoSuchProcess:
+        pass
+
+  def _tracker(self) -> None:
+    while not self._stop.wait(0.2):
+      for proc in list(self._seen.values()):
+        try:
+          for child in proc.children(recursive=True):
+            self._track(child.pid)
+        except psutil.NoSuchProcess:
+          pass
+
+  # ------------------------------------------------------------- reading --
+  def stderr(self) -> str:
+    self._err.flush()
+    self._err.seek(0)
+    return self._err.read()
+
+  def stdout(self) -> str:
+    self._out.flush()
+    self._out.seek(0)
+    return self._out.read()
+
+  def step(self) -> int:
+    """The newest step rank 0 reported (0 before the first progress line)."""
+    steps = STEP_LINE.findall(self.stderr())
+    return int(steps[-1]) if steps else 0
+
+  def wait_for_step(self, step: int, timeout: float = START_TIMEOUT_S) -> int:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+      if self.step() >= step:
+        return self.step()
+      if self.proc.poll() is not None:
+        raise AssertionError(f"the job ended ({self.proc.returncode}) before step {step}:\n{self.tail()}")
+      time.sleep(0.1)
+    raise AssertionError(f"no step {step} within {timeout} s:\n{self.tail()}")
+
+  def rank_traceback(self) -> bool:
+    """Whether a rank printed a traceback (the launcher's own lines are not tagged with a rank:
+    horovodrun over Gloo ends with a RuntimeError of its own whenever a rank exits non-zero)."""
+    return bool(re.search(r"^\[\d+(,\d+)?\]<stderr>:Traceback \(most recent call last\)", self.stderr(), re.M))
+
+  def user_lines(self) -> list[str]:
+    """The lines a user acts on: stopped/stalled/diverged/error/checkpoint ..."""
+    return [m.group(1).strip() for m in USER_LINE.finditer(self.stderr())]
+
+  def tail(self, n: int = 3000) -> str:
+    return f"stdout:\n{self.stdout()[-n:]}\nstderr:\n{self.stderr()[-n:]}"
+
+  # ------------------------------------------------------------- faults --
+  def rank_pid(self, rank: int) -> int:
+    """The pid of train.py's rank `rank` (from its environment: Open MPI's or Gloo's rank)."""
+    for pid in sorted(self.alive()):
+      try:
+        proc = self._seen[pid]
+        if "train.py" not in " ".join(proc.cmdline()):
+          continue
+        e = proc.environ()
+      except (psutil.NoSuchProcess, psutil.AccessDenied):
+        continue
+      if e.get("OMPI_COMM_WORLD_RANK", e.get("HOROVOD_RANK")) == str(rank):
+        return pid
+    raise AssertionError(f"no process of rank {rank} among {sorted(self.alive())}")
+
+  def signal(self, sig: int, rank: int | None = None) -> None:
+    """Send sig to the launcher (rank None) or to one rank's process."""
+    os.kill(self.proc.pid if rank is None else self.rank_pid(rank), sig)
+
+  # ------------------------------------------------------------- the end --
+  def alive(self) -> set[int]:
+    """The job's processes still running (zombies are gone: they only wait to be reaped)."""
+    running = set()
+    for pid, proc in list(self._seen.items()):
+      try:
+        if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+          running.add(pid)
+      except psutil.NoSuchProcess:
+        pass
+    return running
+
+  def wait_gone(self, timeout: float) -> tuple[float, set[int]]:
+    """(seconds until every process of the job was gone, the pids still alive at the timeout)."""
+    start = time.time()
+    while time.time() - start < timeout:
+      self.proc.poll()
+      if not self.alive():
+        break
+      time.sleep(0.05)
+    self.proc.poll()
+    return time.time() - start, self.alive()
+
+  def kill(self) -> None:
+    """SIGKILL every process of the job still alive, by pid, and reap the launcher."""
+    self._stop.set()
+    for pid in self.alive():
+      try:
+        os.kill(pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
+    if self.proc and self.proc.poll() is None:
+      try:
+        self.proc.wait(timeout=10)
+      except subprocess.TimeoutExpired:
+        pass
+
+  def __enter__(self):
+    return self.start()
+
+  def __exit__(self, *exc):
+    self.kill()
+    self._out.close()
+    self._err.close()
+
+
+# ------------------------------------------------------------- elastic --
+CLUSTER_SH = os.path.join(REPO, "scripts", "cluster", "cluster.sh")
+DISCOVER = os.path.join(REPO, "scripts", "elastic", "discover_hosts.sh")
+# A host whose rank failed is blacklisted by Horovod's elastic driver; the cooldown lets it return
+# once the hosts file lists it again.
+BLACKLIST_COOLDOWN_S = (2, 4)
+
+
+class Hosts:
+  """Emulated hosts (scripts/cluster/cluster.sh: a network namespace each, on a subnet of
+  198.18.0.0/15, links unshaped) for elastic launches: a host is lost by SIGKILLing the job's
+  processes in its namespace, found by pid, and comes back when the hosts file lists it again.
+  A cluster of the caller's own name and subnet: one a user has up is never touched."""
+
+  def __init__(self, name: str, subnet: str, count: int, hosts_file: str):
+    self.name, self.hosts_file = name, hosts_file
+    self.names = tuple(f"{name}-h{i + 1}" for i in range(count))
+    self.env = dict(env(), CLUSTER=name, CLUSTER_SUBNET=subnet, ELASTIC_HOSTS=hosts_file)
+
+  def up(self) -> str | None:
+    """None once the hosts are up, else why not (nothing is left up then)."""
+    done = subprocess.run(["bash", CLUSTER_SH, "up", str(len(self.names)), "none"], env=self.env,
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode:
+      self.down()
+      return (done.stderr or done.stdout).strip().splitlines()[-1] if (done.stderr or done.stdout) else "failed"
+    return None
+
+  def down(self) -> None:
+    subprocess.run(["bash", CLUSTER_SH, "down"], env=self.env, capture_output=True, timeout=120)
+
+  def publish(self, *hosts: str, slots: int = 1) -> None:
+    """The hosts the discovery script prints from now on (the file replaced whole)."""
+    tmp = f"{self.hosts_file}.tmp"
+    with open(tmp, "w") as fh:
+      fh.writelines(f"{host}:{slots}\n" for host in hosts)
+    os.replace(tmp, self.hosts_file)
+
+  def pids(self, host: str) -> set[int]:
+    out = subprocess.run(["ip", "netns", "pids", host], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
+
+  def launcher(self, np_: int, min_np: int, max_np: int) -> list[str]:
+    """horovodrun in elastic mode over Gloo on the first host, the others reached by the cluster's
+    ssh, the hosts from scripts/elastic/discover_hosts.sh."""
+    return ["bash", CLUSTER_SH, "run", "horovodrun", "--gloo", "-np", str(np_), "--min-np", str(min_np),
+            "--max-np", str(max_np), "--host-discovery-script", DISCOVER, "--network-interface", f"{self.name}0",
+            "--blacklist-cooldown-range", *map(str, BLACKLIST_COOLDOWN_S)]
+
+  def lose(self, job: "Job", host: str) -> list[int]:
+    """The host is gone: no longer listed, and the job's processes on it SIGKILLed (by pid)."""
+    self.publish(*[h for h in self.names if h != host])
+    pids = sorted(self.pids(host) & job.alive())
+    for pid in pids:
+      os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+WORLD_LINE = re.compile(r"(\d\d:\d\d:\d\d) world: (\d+) ranks on \d+ hosts at step (\d+)")
+
+
+def world_sizes(text: str) -> list[int]:
+  """The world sizes rank 0 logged in an elastic run, in order."""
+  return [int(n) for _, n, _ in WORLD_LINE.findall(text)]
