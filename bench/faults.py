@@ -334,7 +334,7 @@ def elastic_section(out_dir: str) -> str:
   return f"""
 ## Elastic training: a host lost, and back (`--elastic`)
 
-{faults_elastic.__doc__.split(chr(10) * 2, 2)[2].strip()}
+{faults_elastic.__doc__.split(chr(10) * 2, 2)[2].strip().replace("LOSE_AT", str(faults_elastic.LOSE_AT))}
 
 {faults_elastic.table(report["rows"], report["resnet50_commit"])}
 """
