@@ -407,9 +407,26 @@ def train(argv, stop_request: signals.StopRequest):
                         "commit_seconds_median": statistics.median(course.commit_seconds or [0.0])}
       return result
 
+    def keep_commit():
+      """Before the world re-forms: rank 0 (of the old world) checkpoints the committed state, so a
+      job whose world never re-forms (fewer than --min-np ranks) resumes from it, and says so."""
+      step = state.position.step
+      if not (chief["now"] and manager):
+        return
+      try:
+        if manager.newest != os.path.join(config.run.model_dir, f"ckpt-{step}"):
+          elastic.write_position(config.run.model_dir, step, state.position)
+          manager.save(step)
+      except checkpoints.CheckpointError as e:
+        log("the world is changing; the commit at step %d could not be checkpointed: %s", step, e)
+        return
+      log("the world is changing (a rank lost or a host added); checkpoint %s holds the commit at step %d; "
+          "waiting for Horovod to form the new world (horovodrun waits --elastic-timeout for --min-np ranks)",
+          manager.newest, step)
+
     worlds, rollbacks = [], {"seen": 0}
     state = elastic.TrainingState(hvd, variables, position)
-    result = elastic.run(hvd, one_world)(state)
+    result = elastic.run(hvd, one_world, before_reset=keep_commit)(state)
 
   # -------------------------------------------------------------- summary --
   world, config, verdict, held, step = result.world, result.config, result.verdict, result.held, result.step

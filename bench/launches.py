@@ -229,12 +229,23 @@ class Hosts:
     out = subprocess.run(["ip", "netns", "pids", host], capture_output=True, text=True).stdout
     return {int(p) for p in out.split()}
 
-  def launcher(self, np_: int, min_np: int, max_np: int) -> list[str]:
+  def launcher(self, np_: int, min_np: int, max_np: int, *more: str) -> list[str]:
     """horovodrun in elastic mode over Gloo on the first host, the others reached by the cluster's
-    ssh, the hosts from scripts/elastic/discover_hosts.sh."""
+    ssh, the hosts from scripts/elastic/discover_hosts.sh; `more`: horovodrun's own options."""
     return ["bash", CLUSTER_SH, "run", "horovodrun", "--gloo", "-np", str(np_), "--min-np", str(min_np),
             "--max-np", str(max_np), "--host-discovery-script", DISCOVER, "--network-interface", f"{self.name}0",
-            "--blacklist-cooldown-range", *map(str, BLACKLIST_COOLDOWN_S)]
+            "--blacklist-cooldown-range", *map(str, BLACKLIST_COOLDOWN_S), *more]
+
+  def host_of_rank(self, job: "Job", rank: int) -> str:
+    """The host whose namespace holds the job's rank `rank` of its first world (HOROVOD_RANK)."""
+    for host in self.names:
+      for pid in self.pids(host) & job.alive():
+        try:
+          if psutil.Process(pid).environ().get("HOROVOD_RANK") == str(rank):
+            return host
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+          continue
+    raise AssertionError(f"no process of rank {rank} on {self.names}")
 
   def lose(self, job: "Job", host: str) -> list[int]:
     """The host is gone: no longer listed, and the job's processes on it SIGKILLed (by pid)."""

@@ -94,11 +94,13 @@ class TrainingState(State):
     self.save()
 
 
-def run(hvd, fn):
+def run(hvd, fn, before_reset=lambda: None):
   """fn(state) under Horovod's elastic loop: a lost peer (any error comm.sync.peer_failure
   recognises) rolls every survivor back to the last commit; a host added or removed by the
   discovery script interrupts at the next commit; after either, Horovod is started again for
-  the new world and fn runs again from the synchronised state."""
+  the new world and fn runs again from the synchronised state. before_reset() runs on each
+  rank first, in the old world, on the committed state (train.py: rank 0 checkpoints it, so a
+  world that never re-forms, fewer than --min-np ranks, leaves it resumable)."""
   def recovering(state):
     try:
       return fn(state)
@@ -110,6 +112,7 @@ def run(hvd, fn):
       raise HorovodInternalError(e) from e
 
   def reset():
+    before_reset()
     hvd.shutdown()
     hierarchical.register.cache_clear()  # the old world's process sets are gone with it
     hvd.init(process_sets="dynamic")

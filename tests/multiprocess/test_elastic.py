@@ -9,11 +9,12 @@ the hosts file stops listing it; it comes back when the file lists it again.
 """
 import json
 import os
+import re
 import time
 
 import pytest
 
-from bench.launches import Hosts, Job, world_sizes
+from bench.launches import Hosts, Job, newest_checkpoint, world_sizes
 
 pytestmark = pytest.mark.multiprocess
 
@@ -78,3 +79,25 @@ def test_a_lost_host_costs_at_most_a_commit_and_a_returning_host_joins(tmp_path,
   # The same data and schedule in epochs, one stretch at half the batch: within noise of the run without faults.
   assert abs(summary["final_top1"] - plain["final_top1"]) <= 0.05, (summary, plain)
   assert plain["elastic"]["worlds"] == [2] and not plain["elastic"]["steps_lost"]
+
+
+def test_too_few_hosts_end_the_job_and_the_commit_is_a_checkpoint_to_resume_from(tmp_path, hosts):
+  # --min-np 2 of 2: once a host is lost, Horovod waits --elastic-timeout for it, then gives up.
+  model_dir = str(tmp_path / "run")
+  hosts.publish(*hosts.names)
+  launcher = hosts.launcher(2, 2, 2, "--elastic-timeout", "20")
+  with Job(model_dir, *ARGS, "--max_steps=200", launcher=launcher, extra_env=hosts.env) as job:
+    job.wait_for_step(LOSE_AT, timeout=BOUND_S)
+    chief = hosts.host_of_rank(job, 0)  # rank 0 checkpoints the commit; the other host is lost
+    assert hosts.lose(job, next(h for h in hosts.names if h != chief)), job.tail()
+    _, left = job.wait_gone(BOUND_S)
+    assert not left and job.proc.returncode != 0, f"left {left}\n{job.tail()}"
+    found = re.search(r"the world is changing .*; checkpoint \S*ckpt-(\d+) holds the commit at step (\d+)", job.stderr())
+    assert found and found.group(1) == found.group(2), job.tail()
+  step = int(found.group(1))
+  assert step % COMMIT_EVERY == 0 and step >= LOSE_AT - COMMIT_EVERY and newest_checkpoint(model_dir) == step
+  hosts.publish(*hosts.names)  # the host is back: the same command resumes from the commit
+  with Job(model_dir, *ARGS, f"--max_steps={step + 2}", launcher=hosts.launcher(2, 2, 2), extra_env=hosts.env) as job:
+    _, left = job.wait_gone(BOUND_S)
+    assert not left and job.proc.returncode == 0, job.tail()
+    assert re.search(rf"resumed from \S*ckpt-{step} at step {step}\b", job.stderr()), job.tail()
