@@ -299,7 +299,7 @@ def train(argv, stop_request: signals.StopRequest):
     lr = schedule(course.nominal_step(steps_per_epoch))
     eval_every = config.evaluation.eval_every
     log("training steps %d..%d (%d per epoch, %.1f epochs)", course.nominal_step(steps_per_epoch),
-        course.last_step(steps_per_epoch), steps_per_epoch, config.run.epochs)
+        course.last_step(steps_per_epoch), steps_per_epoch, course.last_step(steps_per_epoch) / steps_per_epoch)
     nothing_left = course.finished(steps_per_epoch)
     while not course.finished(steps_per_epoch) and verdict.status == outcome.OK:
       epoch, batches = course.batches(data)
