@@ -425,7 +425,8 @@ def train(argv, stop_request: signals.StopRequest):
           manager.newest, step)
 
     worlds, rollbacks = [], {"seen": 0}
-    state = elastic.TrainingState(hvd, variables, position)
+    # The loss scale too (fp16): a rank that joins must scale as the others do.
+    state = elastic.TrainingState(hvd, variables + [loss_scale.scale, loss_scale.good_steps], position)
     result = elastic.run(hvd, one_world, before_reset=keep_commit)(state)
 
   # -------------------------------------------------------------- summary --

@@ -63,7 +63,7 @@ class Position:
 
 class TrainingState(State):
   """What a commit keeps on every rank, a reset rolls back to and a new rank is sent: the
-  variables (weights, BatchNorm statistics, optimizer slots, the step) and the Position.
+  variables (weights, BatchNorm statistics, optimizer slots, the loss scale, the step) and the Position.
 
   save() copies the variables to host memory (the commit's cost, measured by make faults),
   restore() puts them back, sync() broadcasts rank 0's to every rank.
