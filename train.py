@@ -175,6 +175,10 @@ def train(argv, stop_request: signals.StopRequest):
                       zero_init_residual=config.model.zero_init_residual)
   log("model %s: %s trainable parameters, precision %s", config.model.name,
       f"{sum(int(tf.size(v)) for v in model.trainable_variables):,}", config.optim.precision)
+  slow = None if tf.config.list_physical_devices("GPU") else precision.slow_on_cpu(
+      config.optim.precision, precision.cpu_flags())
+  if slow:  # a choice the user may have made for a GPU or an AMX machine: said, not refused
+    log("warning: %s", slow)
 
   # ------------------------------------------------------------ optimizer --
   optimizer = build_optimizer(config.optim, model.trainable_variables)

@@ -39,8 +39,10 @@ def define() -> None:
   absl_flags.DEFINE_enum(
       "precision", "fp32", PRECISIONS,
       "Arithmetic of forward and backward: fp32; bf16 (Keras mixed_bfloat16, fp32 variables, "
-      "no loss scaling; AMX-BF16 CPUs run it faster); fp16 (mixed_float16 with dynamic loss "
-      "scaling, as Jia et al.). Logits, loss and BatchNorm statistics stay fp32.")
+      "no loss scaling); fp16 (mixed_float16 with dynamic loss scaling, as Jia et al.). Logits, "
+      "loss and BatchNorm statistics stay fp32. On a CPU, bf16 is faster only with AVX512-BF16 or "
+      "AMX-BF16 (fp16: AVX512-FP16 or AMX-FP16); without them it runs several times slower than "
+      "fp32 and train.py says so at start-up.")
 
 
 def build(f) -> OptimConfig:

@@ -25,6 +25,31 @@ def test_next_state(scale, good, finite, want):
   assert (float(s), int(g)) == want
 
 
+EPYC_AVX2 = frozenset({"sse4_2", "avx", "avx2", "f16c", "fma"})  # this machine's kind (2026-12-01)
+SAPPHIRE_RAPIDS = EPYC_AVX2 | {"avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_fp16"}
+
+
+@pytest.mark.parametrize("prec, flags, slow", [
+    ("fp32", EPYC_AVX2, False),
+    ("bf16", EPYC_AVX2, True), ("fp16", EPYC_AVX2, True),  # f16c converts, it does not compute
+    ("bf16", SAPPHIRE_RAPIDS, False), ("fp16", SAPPHIRE_RAPIDS, False),
+    ("bf16", frozenset({"avx512_bf16"}), False),            # Cooper Lake / Zen 4: no AMX, still native
+    ("bf16", frozenset(), False),                           # flags unknown (not x86 Linux): nothing said
+])
+def test_slow_on_cpu(prec, flags, slow):
+  why = precision.slow_on_cpu(prec, flags)
+  assert (why is not None) == slow
+  if slow:
+    assert f"--precision={prec}" in why and "--precision=fp32" in why
+
+
+def test_cpu_flags_reads_the_first_processor(tmp_path):
+  info = tmp_path / "cpuinfo"
+  info.write_text("processor\t: 0\nflags\t\t: fpu avx2 amx_bf16\n\nprocessor\t: 1\nflags\t\t: fpu\n")
+  assert precision.cpu_flags(str(info)) == {"fpu", "avx2", "amx_bf16"}
+  assert precision.cpu_flags(str(tmp_path / "missing")) == frozenset()
+
+
 @pytest.mark.parametrize("values, want", [
     ([[1.0, 2.0], [3.0]], True), ([[1.0, np.inf], [3.0]], False),
     ([[1.0], [np.nan]], False), ([[-np.inf]], False), ([[0.0], []], True),
