@@ -412,14 +412,18 @@ def plot(runs: list[dict], budget: Budget, path: str) -> None:
                    "dot: target reached; line style: seed", title_size=9)
 
 
-def report(runs: list[dict], stats: list[dict], budget: Budget, scale: dict, wall: float) -> str:
-  """results/time_to_accuracy.md."""
+def report(runs: list[dict], stats: list[dict], budget: Budget, scale: dict, wall: float,
+           fewer: dict | None = None) -> str:
+  """results/time_to_accuracy.md; fewer: {config: why it ran fewer seeds than the others}."""
   commands = "\n".join(f"# {s['name']}\n{next(r['command'] for r in runs if r['config'] == s['config'])}"
                        for s in stats)
   quick = ("**A smoke run (`--quick`): a few steps per run (`--max_steps`), two evaluations, a low target; "
            "the numbers say nothing.**\n\n"
            if budget.quick else "")
   seeds = sorted({r["seed"] for r in runs})
+  by = {s["config"]: s for s in stats}
+  fewer_seeds = "".join(f" {by[k]['name']} ran seed {', '.join(map(str, by[k]['seeds']))} only: {why}."
+                        for k, why in (fewer or {}).items() if k in by and len(by[k]["seeds"]) < len(seeds))
   return f"""# Time to accuracy on Fashion-MNIST (`make time-to-accuracy`)
 
 {quick}{MODEL} on Fashion-MNIST (60,000 training images; the 10,000 test images held out), 2 ranks on
@@ -432,7 +436,7 @@ that reached it, evaluations included (the figure's clock starts at the launch, 
 seconds of start-up earlier). Images/s counts the training steps only. Warmup rises linearly from
 (a)'s LR ({WARMUP_START_LR:g}); momentum 0.9, weight decay 5e-4 (none on bias/BN), zero-init residual
 gammas, BatchNorm per rank and micro-batch; LARS eta {LARS_ETA:g}. Sum of the runs' wall times:
-{wall / 60:.1f} min (the machine's 2 cores are shared with other jobs: times are noisy).
+{wall / 60:.1f} min (the machine's 2 cores are shared with other jobs: times are noisy).{fewer_seeds}
 
 {table(stats)}
 
@@ -471,17 +475,18 @@ Reproduce: `make time-to-accuracy` (`python -m bench.time_to_accuracy --help`: `
 """
 
 
-def write(runs: list[dict], budget: Budget, scale: dict, out_dir: str) -> str:
-  """OUT_DIR/time_to_accuracy.{json,md,png} from the runs so far; the markdown returned."""
+def write(runs: list[dict], budget: Budget, scale: dict, out_dir: str, fewer: dict | None = None) -> str:
+  """OUT_DIR/time_to_accuracy.{json,md,png} from the runs so far; the markdown returned. fewer: as
+  report()'s."""
   stats = aggregate(runs)
   scale = dict(scale, rows=at_scale(stats, scale["exchange"]))
   wall = sum(r["wall_seconds"] for r in runs)  # of the runs themselves, also when --reuse read them back
   os.makedirs(out_dir, exist_ok=True)
   with open(os.path.join(out_dir, "time_to_accuracy.json"), "w") as fh:
     json.dump({"budget": dataclasses.asdict(budget), "ranks": RANKS, "wall_seconds": round(wall),
-               "stats": stats, "scale": scale, "runs": runs}, fh, indent=1)
+               "stats": stats, "fewer_seeds": fewer or {}, "scale": scale, "runs": runs}, fh, indent=1)
   plot(runs, budget, os.path.join(out_dir, "time_to_accuracy.png"))
-  text = report(runs, stats, budget, scale, wall)
+  text = report(runs, stats, budget, scale, wall, fewer)
   with open(os.path.join(out_dir, "time_to_accuracy.md"), "w") as fh:
     fh.write(text)
   return text
@@ -532,6 +537,16 @@ def parse_args(argv=None):
   return args, keys, seeds, Budget(target=target, max_epochs=args.max_epochs, quick=args.quick)
 
 
+def slow_precisions(keys, flags=None) -> dict:
+  """{key: why} for the configurations of keys whose precision this CPU does not compute natively
+  (optimizers/precision.slow_on_cpu): they run their first seed only. On an AVX2-only CPU (bf16
+  converted element by element) (d) trains at ~1/7 of (c)'s images/s, ~65 minutes a seed."""
+  from optimizers import precision
+  flags = precision.cpu_flags() if flags is None else flags
+  slow = {k: precision.slow_on_cpu(SETTINGS[k].precision, flags) for k in keys}
+  return {k: why.split(", so ")[0] for k, why in slow.items() if why}
+
+
 def main(argv=None) -> None:
   args, keys, seeds, budget = parse_args(argv)
   # Quick runs in a directory of their own: a smoke run never replaces a measured run's model_dir.
@@ -539,11 +554,16 @@ def main(argv=None) -> None:
   prepare_data()
   exchange, params = exchange_per_update()
   scale = {"params": params, "exchange": exchange}
+  slow = slow_precisions(keys)
+  for key, why in slow.items():
+    print(f"  {SETTINGS[key].name}: seed {seeds[0]} only: {why}", flush=True)
   runs = []
   for seed in seeds:  # every configuration once before any twice: a stopped benchmark still compares
     for key in keys:
+      if key in slow and seed != seeds[0]:
+        continue
       runs.append(run(key, seed, budget, runs_dir, args.reuse))
-      text = write(runs, budget, scale, args.out_dir)  # after every run: an interrupted benchmark keeps its runs
+      text = write(runs, budget, scale, args.out_dir, slow)  # after every run: an interrupted benchmark keeps its runs
   print(text)
 
 

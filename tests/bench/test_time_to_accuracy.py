@@ -145,12 +145,19 @@ def test_scale_table_and_findings():
 def test_write_report(tmp_path):
   runs = [dict(r, curve=[{"seconds": 10.0, "step": 1, "epoch": 0.1, "top1": 0.7, "top5": 0.9}]) for r in RUNS]
   scale = {"params": {"ranks_per_node": 8}, "exchange": EXCHANGE}
-  text = tta.write(runs, QUICK, scale, str(tmp_path))
+  text = tta.write(runs, QUICK, scale, str(tmp_path), fewer={"d": "no bf16 here", "a": "not fewer"})
   assert text.startswith("# Time to accuracy") and "A smoke run" in text and "None" not in text
+  assert f"{tta.SETTINGS['d'].name} ran seed 0 only: no bf16 here." in text and "not fewer" not in text
   assert tta.table(tta.aggregate(runs)) in text and "## At the papers' scale" in text
   data = json.loads((tmp_path / "time_to_accuracy.json").read_text())
   assert [s["config"] for s in data["stats"]] == ["a", "c", "d", "e"] and len(data["runs"]) == 7
   assert (tmp_path / "time_to_accuracy.png").stat().st_size > 0
+
+
+def test_configurations_in_a_precision_the_cpu_lacks_run_one_seed():
+  assert tta.slow_precisions("abcde", frozenset({"avx2", "f16c"})).keys() == {"d"}  # (d): bf16
+  assert tta.slow_precisions("abcde", frozenset({"avx2", "amx_bf16"})) == {}
+  assert tta.slow_precisions("abce", frozenset({"avx2"})) == {}
 
 
 @pytest.mark.parametrize("argv, message", [
