@@ -16,7 +16,6 @@ import json
 import os
 import re
 import subprocess
-import time
 
 from bench.launches import PYTHON, REPO, STEP_LINE, Hosts, Job, world_sizes
 from progress import emit
@@ -38,18 +37,6 @@ def _first_step_after_world(text: str, index: int) -> bool:
   return len(starts) > index and bool(STEP_LINE.search(text, starts[index]))
 
 
-def _wait(job, predicate, what: str) -> float:
-  """Seconds until predicate(rank 0's log) holds (polled every 0.1 s)."""
-  start = time.time()
-  while time.time() - start < BOUND_S:
-    if predicate(job.stderr()):
-      return time.time() - start
-    if job.proc.poll() is not None:
-      raise AssertionError(f"the job ended ({job.proc.returncode}) before {what}:\n{job.tail()}")
-    time.sleep(0.1)
-  raise AssertionError(f"no {what} within {BOUND_S} s:\n{job.tail()}")
-
-
 def lose_and_join(hosts: Hosts, workdir: str, fault: str) -> dict:
   model_dir = os.path.join(workdir, fault)
   emit(f"faults: {fault}: the second host lost at step {LOSE_AT}, then listed again ({LAUNCHER})")
@@ -58,11 +45,11 @@ def lose_and_join(hosts: Hosts, workdir: str, fault: str) -> dict:
            extra_env=hosts.env) as job:
     at = job.wait_for_step(LOSE_AT, timeout=BOUND_S)
     killed = hosts.lose(job, hosts.names[1])
-    to_training = _wait(job, lambda t: world_sizes(t)[1:2] == [1] and _first_step_after_world(t, 1),
-                        "a step of the one-rank world")
+    to_training = job.wait_until(lambda t: world_sizes(t)[1:2] == [1] and _first_step_after_world(t, 1),
+                                 "a step of the one-rank world", BOUND_S)
     hosts.publish(*hosts.names)
-    to_join = _wait(job, lambda t: world_sizes(t)[2:3] == [2] and _first_step_after_world(t, 2),
-                    "a step of the two-rank world")
+    to_join = job.wait_until(lambda t: world_sizes(t)[2:3] == [2] and _first_step_after_world(t, 2),
+                             "a step of the two-rank world", BOUND_S)
     _, left = job.wait_gone(BOUND_S)
     with open(os.path.join(model_dir, "summary.json")) as fh:
       summary = json.load(fh)
@@ -87,7 +74,7 @@ def resnet50_commit_seconds() -> dict:
   momentum, median of 5, in a process of its own (no Horovod world is needed to copy)."""
   code = (
       "import statistics, time, json\n"
-      "import keras, tensorflow as tf\n"
+      "import keras\n"
       "import horovod.tensorflow as hvd\n"
       "from models import build_model\n"
       "from training.elastic import Position, TrainingState\n"

@@ -100,15 +100,22 @@ class Job:
     steps = STEP_LINE.findall(self.stderr())
     return int(steps[-1]) if steps else 0
 
-  def wait_for_step(self, step: int, timeout: float = START_TIMEOUT_S) -> int:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-      if self.step() >= step:
-        return self.step()
+  def wait_until(self, predicate, what: str, timeout: float = START_TIMEOUT_S) -> float:
+    """Seconds until predicate(rank 0's log) holds, polled every 0.1 s; an AssertionError with the
+    log's tail if the job ends first or timeout passes."""
+    start = time.time()
+    while time.time() - start < timeout:
+      if predicate(self.stderr()):
+        return time.time() - start
       if self.proc.poll() is not None:
-        raise AssertionError(f"the job ended ({self.proc.returncode}) before step {step}:\n{self.tail()}")
+        raise AssertionError(f"the job ended ({self.proc.returncode}) before {what}:\n{self.tail()}")
       time.sleep(0.1)
-    raise AssertionError(f"no step {step} within {timeout} s:\n{self.tail()}")
+    raise AssertionError(f"no {what} within {timeout} s:\n{self.tail()}")
+
+  def wait_for_step(self, step: int, timeout: float = START_TIMEOUT_S) -> int:
+    """The newest step once rank 0 reported step (or later)."""
+    self.wait_until(lambda _: self.step() >= step, f"step {step}", timeout)
+    return self.step()
 
   def rank_traceback(self) -> bool:
     """Whether a rank printed a traceback (the launcher's own lines are not tagged with a rank:

@@ -10,7 +10,6 @@ the hosts file stops listing it; it comes back when the file lists it again.
 import json
 import os
 import re
-import time
 
 import pytest
 
@@ -39,17 +38,6 @@ def hosts(tmp_path_factory):
   assert not left, f"namespaces left behind: {left}"
 
 
-def wait_for(job, predicate, what: str, timeout: float = BOUND_S):
-  deadline = time.time() + timeout
-  while time.time() < deadline:
-    if predicate(job.stderr()):
-      return
-    if job.proc.poll() is not None:
-      raise AssertionError(f"the job ended ({job.proc.returncode}) before {what}:\n{job.tail()}")
-    time.sleep(0.2)
-  raise AssertionError(f"no {what} within {timeout} s:\n{job.tail()}")
-
-
 def run(hosts, model_dir, *args, lose=False):
   """An elastic run on both hosts; with lose, the second host is lost once rank 0 reported step
   LOSE_AT and listed again once the first trains alone. Returns (summary, rank 0's log)."""
@@ -58,9 +46,9 @@ def run(hosts, model_dir, *args, lose=False):
     if lose:
       job.wait_for_step(LOSE_AT, timeout=BOUND_S)
       assert hosts.lose(job, hosts.names[1]), job.tail()
-      wait_for(job, lambda err: world_sizes(err)[1:2] == [1], "a world of one rank")
+      job.wait_until(lambda err: world_sizes(err)[1:2] == [1], "a world of one rank", BOUND_S)
       hosts.publish(*hosts.names)
-      wait_for(job, lambda err: world_sizes(err)[2:3] == [2], "a world of two ranks again")
+      job.wait_until(lambda err: world_sizes(err)[2:3] == [2], "a world of two ranks again", BOUND_S)
     _, left = job.wait_gone(BOUND_S)
     assert not left and job.proc.returncode == 0, f"left {left}\n{job.tail()}"
     with open(os.path.join(model_dir, "summary.json")) as fh:
