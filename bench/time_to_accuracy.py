@@ -539,12 +539,12 @@ def parse_args(argv=None):
 
 def slow_precisions(keys, flags=None) -> dict:
   """{key: why} for the configurations of keys whose precision this CPU does not compute natively
-  (optimizers/precision.slow_on_cpu): they run their first seed only. On an AVX2-only CPU (bf16
+  (optimizers/precision.cpu_lacks): they run their first seed only. On an AVX2-only CPU (bf16
   converted element by element) (d) trains at ~1/7 of (c)'s images/s, ~65 minutes a seed."""
   from optimizers import precision
   flags = precision.cpu_flags() if flags is None else flags
-  slow = {k: precision.slow_on_cpu(SETTINGS[k].precision, flags) for k in keys}
-  return {k: why.split(", so ")[0] for k, why in slow.items() if why}
+  lacks = {k: precision.cpu_lacks(SETTINGS[k].precision, flags) for k in keys}
+  return {k: why for k, why in lacks.items() if why}
 
 
 def main(argv=None) -> None:

@@ -41,15 +41,20 @@ def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
   return frozenset()
 
 
-def slow_on_cpu(precision: str, flags: frozenset[str]) -> str | None:
-  """Why `precision` will run slower than fp32 on a CPU with these flags, or None (fp32, or the
-  CPU computes it natively). Unknown flags (not Linux on x86) say nothing."""
+def cpu_lacks(precision: str, flags: frozenset[str]) -> str | None:
+  """What a CPU with these flags lacks to compute `precision`, or None (fp32, or the CPU computes
+  it natively). Unknown flags (not Linux on x86) say nothing."""
   native = NATIVE_CPU_FLAGS.get(precision)
   if native is None or not flags or any(f in flags for f in native):
     return None
-  return (f"this CPU has no {precision} arithmetic ({' or '.join(native)} absent from /proc/cpuinfo), so "
-          f"--precision={precision} converts every element and trains several times slower than fp32 "
-          "(6x for ResNet-8 on an AVX2-only EPYC); use --precision=fp32 on it")
+  return f"this CPU has no {precision} arithmetic ({' or '.join(native)} absent from /proc/cpuinfo)"
+
+
+def slow_on_cpu(precision: str, flags: frozenset[str]) -> str | None:
+  """cpu_lacks's finding as the start-up warning: what it costs and what to pass instead."""
+  lacks = cpu_lacks(precision, flags)
+  return lacks and (f"{lacks}, so --precision={precision} converts every element and trains several times "
+                    "slower than fp32 (6x for ResNet-8 on an AVX2-only EPYC); use --precision=fp32 on it")
 
 
 def next_state(scale, good_steps, finite, growth_interval, factor, min_scale):
