@@ -39,6 +39,12 @@ def newest_checkpoint(model_dir: str) -> int | None:
   return max(steps, default=None)
 
 
+def last_step(text: str) -> int:
+  """The newest step of rank 0's progress lines in text (0 before the first)."""
+  steps = STEP_LINE.findall(text)
+  return int(steps[-1]) if steps else 0
+
+
 class Job:
   """One launch of train.py (horovodrun, 2 ranks by default) in a session of its own.
 
@@ -97,8 +103,7 @@ class Job:
 
   def step(self) -> int:
     """The newest step rank 0 reported (0 before the first progress line)."""
-    steps = STEP_LINE.findall(self.stderr())
-    return int(steps[-1]) if steps else 0
+    return last_step(self.stderr())
 
   def wait_until(self, predicate, what: str, timeout: float = START_TIMEOUT_S) -> float:
     """Seconds until predicate(rank 0's log) holds, polled every 0.1 s; an AssertionError with the
@@ -114,7 +119,7 @@ class Job:
 
   def wait_for_step(self, step: int, timeout: float = START_TIMEOUT_S) -> int:
     """The newest step once rank 0 reported step (or later)."""
-    self.wait_until(lambda _: self.step() >= step, f"step {step}", timeout)
+    self.wait_until(lambda text: last_step(text) >= step, f"step {step}", timeout)
     return self.step()
 
   def rank_traceback(self) -> bool:
