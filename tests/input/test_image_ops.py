@@ -1,4 +1,5 @@
-"""input/kernels/resize_flip_normalise.cc against the TF ops it replaces, on real JPEGs."""
+"""input/kernels/resize_flip_normalise.cc against the TF ops it replaces, on real photographs
+(the JPEGs of bench/samples.py)."""
 import numpy as np
 import pytest
 import tensorflow as tf

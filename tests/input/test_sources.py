@@ -1,4 +1,4 @@
-"""ImageNet-layout sources built from the 100 real sample JPEGs: folder, TFRecords
+"""ImageNet-layout sources built from the 100 sample JPEGs (bench/samples.py): folder, TFRecords
 (through the converter) and a locally prepared tfds set; the shared per-epoch
 shuffle partitioned across ranks; evaluation coverage; bad input."""
 import json
@@ -193,7 +193,7 @@ def folder_with_a_damaged_jpeg(tmp_path):
   wnid = sorted(os.listdir(os.path.join(root, "train")))[3]
   path = os.path.join(root, "train", wnid, os.listdir(os.path.join(root, "train", wnid))[0])
   data = open(path, "rb").read()
-  os.remove(path)  # a symlink to the shared sample: replace it, never write through it
+  os.remove(path)  # a symlink to the generated sample: replace it, never write through it
   with open(path, "wb") as fh:
     fh.write(data[: len(data) // 2])  # a truncated download
   return root, path
