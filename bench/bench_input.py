@@ -1,20 +1,25 @@
-"""make bench-input: images/sec of the training input pipeline on real ImageNet
-JPEGs, against the decoder's limit measured in the same run.
+"""make bench-input: images/sec of the training input pipeline on real JPEGs,
+against the decoder's limit measured in the same run.
 
   python -m bench.bench_input [--copies 100] [--batch_size 32] [--repeats 5]
+  python -m bench.bench_input --images_dir=../shared/data/imagenet-sample   # real ImageNet JPEGs
 
-Data: the 100 sample photographs (../shared/data/imagenet-sample), each linked
---copies times into an ImageNet-layout folder and converted with input.convert
-into 16 TFRecord shards, then read epoch after epoch. The throughput is the
-steady state, as ImageNet's 1.28 M images make epoch starts rare: an epoch
-(10,000 images by default, 7 s here) outlasts a measurement window, and the
-start of an epoch (a new dataset, its shuffle buffer filling before the first
-batch) is timed apart. With 8,000-image epochs the windows crossed epoch
-starts and came out at 860 or 1,330 images/s depending on where they fell.
-More copies are not better on this VM: its guest reclaims page cache under
-load (direct-reclaim stalls and major faults in /proc/vmstat), and with 200
-copies (2.2 GB of records) the pipeline ran 7% slower at full cores and lost
-cores more often. Each pipeline figure comes with the cores its process used
+Data: by default the 100 JPEGs bench/samples.py cuts from the photographs that
+ship inside scikit-learn and matplotlib (nothing to download; smaller files
+than ImageNet's, which one thread decodes about 1.25x faster); with
+--images_dir, the <wnid>_<name>.JPEG files of that folder, such as 100 real
+ILSVRC-2012 photographs, one per class. Each is linked --copies times into an
+ImageNet-layout folder and converted with input.convert into 16 TFRecord
+shards, then read epoch after epoch; the results name the images used. The
+throughput is the steady state, as ImageNet's 1.28 M images make epoch starts
+rare: an epoch (10,000 images by default, 7 s here) outlasts a measurement
+window, and the start of an epoch (a new dataset, its shuffle buffer filling
+before the first batch) is timed apart. With 8,000-image epochs the windows
+crossed epoch starts and came out at 860 or 1,330 images/s depending on where
+they fell. More copies are not better on this VM: its guest reclaims page
+cache under load (direct-reclaim stalls and major faults in /proc/vmstat), and
+with 200 copies of the real sample (2.2 GB of records) the pipeline ran 7%
+slower at full cores and lost cores more often. Each pipeline figure comes with the cores its process used
 (CPU seconds / seconds): a window in which the VM did not run the process
 shows fewer.
 Limit: one thread decoding the same records with the fused decode-and-crop
@@ -56,14 +61,15 @@ from input.datasets import IMAGENET_MEAN, IMAGENET_STD  # noqa: E402
 IMAGE_SIZE = 224
 
 
-def build_records(root: str, copies: int) -> str:
-  """An ImageNet-layout folder of `copies` links per sample, converted to TFRecords."""
+def build_records(root: str, copies: int, images_dir: str | None = None) -> str:
+  """An ImageNet-layout folder of `copies` links per sample JPEG (bench/samples.py's,
+  or images_dir's), converted to TFRecords."""
   folder = os.path.join(root, "folder")
-  for i, path in enumerate(samples.sample_files()):
+  for i, path in enumerate(samples.sample_files(images_dir)):
     wnid = os.path.basename(path).split("_", 1)[0]
     os.makedirs(os.path.join(folder, "train", wnid), exist_ok=True)
     for c in range(copies):
-      os.symlink(path, os.path.join(folder, "train", wnid, f"{c}_{os.path.basename(path)}"))
+      os.symlink(os.path.abspath(path), os.path.join(folder, "train", wnid, f"{c}_{os.path.basename(path)}"))
   dst = os.path.join(root, "records")
   convert.convert(folder, dst, train_shards=16, validation_shards=1, workers=1,
                   progress=open(os.devnull, "w"))
@@ -127,7 +133,8 @@ def pipeline_rate(data_dir: str, batch_size: int, ranks: int, rank: int,
   1.28 M / 1,300 = 1,000 s."""
   world = World(size=ranks, rank=rank, local_size=ranks, local_rank=rank)
   f = argparse.Namespace(dataset="imagenet", data_dir=data_dir, batch_size=batch_size, global_batch_size=0,
-                         eval_batch_size=0, shuffle_buffer=10_000, image_size=IMAGE_SIZE, skip_corrupt=False)
+                         eval_batch_size=0, shuffle_buffer=10_000, image_size=IMAGE_SIZE, skip_corrupt=False,
+                         accumulation_steps=1)
   data = pipeline.build(data_flags.build(f, world), world, seed=0)
   images, steady, cpu, starts, epoch = 0, 0.0, 0.0, [], 0
   while steady < seconds:
@@ -170,13 +177,17 @@ def plot(result: dict, path: str) -> None:
     ax.text(bar.get_x() + bar.get_width() / 2, v, f"{v:.0f}", ha="center", va="bottom")
   ax.set_ylabel("images/sec (224x224, normalised)")
   ax.set_title(f"Input pipeline on {result['cores']} cores: {result['ratio_to_limit']:.0%} of the decoder limit "
-               f"(median of {result['repeats']}; load average {result['load_average_1min']})", fontsize=9)
+               f"(median of {result['repeats']}; load average {result['load_average_1min']})\n"
+               f"{result['images'].split(' (')[0]}", fontsize=8)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
 
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--images_dir", default=None,
+                      help="a folder of <wnid>_<name>.JPEG files to measure on, e.g. ../shared/data/imagenet-sample "
+                           "(default: the 100 JPEGs bench/samples.py makes from packaged photographs)")
   parser.add_argument("--copies", type=int, default=100, help="links per sample photograph")
   parser.add_argument("--batch_size", type=int, default=32, help="images per batch per rank")
   parser.add_argument("--repeats", type=int, default=5, help="alternating limit/pipeline measurements")
@@ -185,14 +196,18 @@ def main() -> None:
   parser.add_argument("--worker", type=int, default=-1, help=argparse.SUPPRESS)
   parser.add_argument("--data_dir", default="", help=argparse.SUPPRESS)
   args = parser.parse_args()
+  if args.images_dir is not None and not (os.path.isdir(args.images_dir) and samples.sample_files(args.images_dir)):
+    parser.error(f"--images_dir={args.images_dir} holds no .JPEG files; pass a folder of <wnid>_<name>.JPEG "
+                 "files, such as ../shared/data/imagenet-sample.")
   if args.worker >= 0:  # one of the two ranks of two_ranks()
     rate, _, cores_used = pipeline_rate(args.data_dir, args.batch_size, 2, args.worker, args.seconds)
     print(rate, cores_used, flush=True)
     return
 
   cores = World().threads_per_rank()
+  print(f"images: {args.images_dir or 'bench/samples.py (packaged photographs)'}", file=sys.stderr, flush=True)
   with tempfile.TemporaryDirectory() as tmp:
-    data_dir = build_records(tmp, args.copies)
+    data_dir = build_records(tmp, args.copies, args.images_dir)
     encoded = distinct_images(data_dir)
     runs = {"full": [], "fused": [], "kernel": [], "fused_parallel": [], "one": [], "two": [], "startup": [],
             "one_cores_used": [], "two_cores_used": []}
@@ -214,9 +229,13 @@ def main() -> None:
             f"epoch start {runs['startup'][-1]:.1f} s",
             file=sys.stderr, flush=True)
   med = {k: float(np.median(v)) for k, v in runs.items()}
+  images = (f"{len(encoded)} JPEGs of --images_dir={os.path.abspath(args.images_dir)}" if args.images_dir
+            else f"{len(encoded)} JPEGs bench/samples.py cut from the photographs packaged in scikit-learn and "
+                 "matplotlib, not ImageNet's (--images_dir=../shared/data/imagenet-sample measures on those)")
   limit = med["fused"] * cores
   result = {
-      "setup": (f"{len(encoded)} real ImageNet JPEGs x {args.copies} copies in 16 TFRecord shards, read "
+      "images": images,
+      "setup": (f"{len(encoded)} JPEGs x {args.copies} copies in 16 TFRecord shards, read "
                 f"repeatedly; batch {args.batch_size} per rank of {IMAGE_SIZE}x{IMAGE_SIZE}x3 float32 normalised; "
                 f"{cores} cores; tensorflow {tf.__version__}; medians of {args.repeats} alternating runs of "
                 f"{args.seconds:.0f} s"),
