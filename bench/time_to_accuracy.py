@@ -22,9 +22,9 @@ their schedule and stop at the target).
   python -m bench.time_to_accuracy --reuse                  # finished runs of the same flags read back
   python -m bench.time_to_accuracy --quick --only=a --seeds=0 --out_dir=/tmp/tta   # smoke run
 
-Writes OUT_DIR/time_to_accuracy.json (every run), .md (the tables, the commands, the findings and
-the exchange at the papers' scale, from comm's cost model simulation) and .png (held-out top-1
-against wall time) after every run. A report covers the runs of its invocation: --only=a now and
+Writes OUT_DIR/time_to_accuracy.json (every run), .md (the tables, the commands, the findings
+(bench/target_stats.py) and the exchange at the papers' scale, priced by the planner's model
+(bench/plan/scale.py)) and .png (held-out top-1 against wall time) after every run. A report covers the runs of its invocation: --only=a now and
 the full set with --reuse later (the runs of a read back) writes the full report.
 """
 import argparse
@@ -32,7 +32,6 @@ import dataclasses
 import glob
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -40,6 +39,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # this program reads the events and builds ResNet-50
 
+from bench.plan.scale import at_scale, exchange_per_update, section as scale_section  # noqa: E402
+from bench.target_stats import aggregate, findings, table  # noqa: E402
 from bench.train_runs import Setting, command, launch, record, reused, save_top1_figure  # noqa: E402
 
 RESULTS = os.path.join(REPO, "results")
@@ -89,14 +90,6 @@ SETTINGS = {
 # the smoke run), so the stop is taken too.
 QUICK_TARGET = 0.2
 QUICK_IMAGES = 64 * 40
-
-# The papers' scale: ResNet-50 on ImageNet, exchange per update from bench/scaling/simulate.py.
-IMAGENET_TRAIN = 1_281_167
-SCALE_RANKS = (256, 2048)
-SCALE_CONFIGS = ("a", "c", "e")
-# (a)'s global batch at that scale; the others keep their multiple of it, so (e) is Jia et al.'s
-# 65,536 and Goyal et al.'s 8,192 lies between (a) and (c).
-SCALE_BASE_BATCH = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,183 +203,6 @@ def run(key: str, seed: int, budget: Budget, runs_dir: str, reuse: bool) -> dict
 
 
 # --------------------------------------------------------------------- report --
-def center(values) -> dict:
-  """{'median', 'mean'} of the values that are not None; both None where there are none."""
-  vals = [v for v in values if v is not None]
-  if not vals:
-    return {"median": None, "mean": None}
-  return {"median": statistics.median(vals), "mean": statistics.mean(vals)}
-
-
-def aggregate(runs: list[dict]) -> list[dict]:
-  """Per configuration, in the order of runs, over its seeds: time and epochs to target over the
-  seeds that reached it, images/s and final top-1/top-5 over all of them, the best top-1 of any."""
-  out = []
-  for key in dict.fromkeys(r["config"] for r in runs):
-    group = [r for r in runs if r["config"] == key]
-    hit = [r for r in group if r["reached"]]
-    s = Setting(**group[0]["setting"])
-    out.append({"config": key, "name": group[0]["name"], "global_batch": s.global_batch,
-                "per_rank_batch": s.per_rank_batch, "accumulation_steps": s.accumulation_steps,
-                "optimizer": s.optimizer, "precision": s.precision, "base_lr": s.base_lr, "peak_lr": s.peak_lr,
-                "warmup_epochs": s.warmup_epochs, "schedule": s.schedule,
-                "seeds": [r["seed"] for r in group], "reached": len(hit),
-                "time_to_target_seconds": center(r["time_to_target_seconds"] for r in hit),
-                "epochs_to_target": center(r["target_epoch"] for r in hit),
-                "images_per_sec": center(r["images_per_sec"] for r in group),
-                "final_top1": center(r["final_top1"] for r in group),
-                "final_top5": center(r["final_top5"] for r in group),
-                "best_top1": max(r["best_top1"] for r in group),
-                "epochs_trained": max(r["epochs"] for r in group),
-                "diverged": sum(r["status"] == "diverged" for r in group),
-                "wall_seconds": center(r["wall_seconds"] for r in group)})
-  return out
-
-
-def _f(value, spec: str, scale: float = 1.0) -> str:
-  return "-" if value is None else format(value * scale if scale != 1 else value, spec)
-
-
-def _both(c: dict, spec: str) -> str:
-  """'median (mean)' of a center(), or '-'."""
-  return "-" if c["median"] is None else f"{c['median']:{spec}} ({c['mean']:{spec}})"
-
-
-def table(stats: list[dict]) -> str:
-  """The report's table: a row per configuration (pure: aggregate()'s rows in, markdown out)."""
-  rows = ["| configuration | global batch (per rank x accumulation) | optimizer, precision | base LR per 256 "
-          "(peak) | warmup epochs, decay | reached | time to target s: median (mean) | epochs to target: "
-          "median (mean) | images/s: median | final top-1 %: mean | final top-5 %: mean | best top-1 % |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-  for s in stats:
-    accumulation = f" x {s['accumulation_steps']}" if s["accumulation_steps"] > 1 else ""
-    rows.append(f"| {s['name']} | {s['global_batch']:,} ({s['per_rank_batch']}{accumulation}) "
-                f"| {s['optimizer']}, {s['precision']} | {s['base_lr']:g} ({s['peak_lr']:g}) "
-                f"| {s['warmup_epochs']:g}, {s['schedule']} | {s['reached']} of {len(s['seeds'])} "
-                f"| {_both(s['time_to_target_seconds'], '.0f')} | {_both(s['epochs_to_target'], '.2f')} "
-                f"| {_f(s['images_per_sec']['median'], '.0f')} | {_f(s['final_top1']['mean'], '.2f', 100)} "
-                f"| {_f(s['final_top5']['mean'], '.2f', 100)} | {s['best_top1'] * 100:.2f} |")
-  return "\n".join(rows)
-
-
-def findings(stats: list[dict], budget: Budget) -> str:
-  """The findings paragraph, every figure from stats: each configuration against the baseline (a)
-  in time, epochs and images/s, the fastest, and what bf16 and accumulation did to images/s."""
-  by = {s["config"]: s for s in stats}
-  base = by.get("a") if by.get("a", {}).get("reached") else None
-  target = f"{budget.target * 100:g}% top-1"
-  out = []
-  for s in stats:
-    t, e, ips = (s["time_to_target_seconds"]["median"], s["epochs_to_target"]["median"],
-                 s["images_per_sec"]["median"])
-    seeds = f" in {s['reached']} of {len(s['seeds'])} seeds" if s["reached"] < len(s["seeds"]) else ""
-    if not s["reached"]:
-      diverged = f"; {s['diverged']} of {len(s['seeds'])} seeds diverged" if s["diverged"] else ""
-      out.append(f"{s['name']} did not reach {target} in {s['epochs_trained']:.2f} epochs "
-                 f"(best held-out top-1 {s['best_top1']:.2%}{diverged}).")
-      continue
-    line = f"{s['name']} reached {target}{seeds} in a median {t:.0f} s, {e:.2f} epochs, at {_f(ips, '.0f')} images/s"
-    if base and s is not base and ips and base["images_per_sec"]["median"]:
-      ratio = t / base["time_to_target_seconds"]["median"]
-      line += (f": {ratio:.2f}x the baseline's time ({'faster' if ratio < 1 else 'slower'}), "
-               f"{e / base['epochs_to_target']['median']:.2f}x its epochs at "
-               f"{ips / base['images_per_sec']['median']:.2f}x its images/s")
-    out.append(line + ".")
-  reached = [s for s in stats if s["reached"]]
-  if len(reached) > 1:
-    best = min(reached, key=lambda s: s["time_to_target_seconds"]["median"])
-    out.append(f"Fastest to the target: {best['name']}.")
-  rate = lambda k: by[k]["images_per_sec"]["median"] if k in by else None
-  if rate("c") and rate("d"):
-    out.append(f"bf16 ({by['d']['name'][:3]}) trained at {rate('d') / rate('c'):.2f}x the images/s of fp32 "
-               f"({by['c']['name'][:3]}).")
-  if rate("c") and rate("e"):
-    e = by["e"]
-    out.append(f"{e['per_rank_batch']} images per rank x {e['accumulation_steps']} accumulation steps "
-               f"({e['name'][:3]}: one exchange per {e['global_batch']:,} images, against one per "
-               f"{by['c']['global_batch']:,}) trained at {rate('e') / rate('c'):.2f}x {by['c']['name'][:3]}'s "
-               "images/s.")
-  return " ".join(out)
-
-
-def at_scale(stats: list[dict], exchange: dict, base_batch: int = SCALE_BASE_BATCH,
-             images: int = IMAGENET_TRAIN, configs=SCALE_CONFIGS) -> list[dict]:
-  """Exchange seconds per epoch and to the target at the papers' scale, for configs of stats.
-
-  exchange: {ranks: seconds of one gradient exchange}. Each configuration keeps its multiple of
-  (a)'s batch from base_batch; one exchange per update, images // global batch updates per epoch
-  (train.py's count); to the target: times its measured median epochs to target. A batch smaller
-  than the ranks (under one image a rank) gets no figures.
-  """
-  by = {s["config"]: s for s in stats}
-  if "a" not in by:
-    return []
-  rows = []
-  for key in (k for k in configs if k in by):
-    s = by[key]
-    multiple = s["global_batch"] // by["a"]["global_batch"]
-    for ranks, seconds in sorted(exchange.items()):
-      batch = base_batch * multiple
-      fits = batch >= ranks
-      per_epoch = images // batch * seconds if fits else None
-      epochs = s["epochs_to_target"]["median"]
-      rows.append({"config": key, "name": s["name"], "multiple": multiple, "ranks": ranks, "global_batch": batch,
-                   "updates_per_epoch": images // batch if fits else None,
-                   "exchange_seconds": seconds if fits else None, "exchange_seconds_per_epoch": per_epoch,
-                   "epochs_to_target": epochs,
-                   "exchange_seconds_to_target": per_epoch * epochs if fits and epochs is not None else None})
-  return rows
-
-
-def scale_table(rows: list[dict]) -> str:
-  out = ["| configuration | ranks | global batch (x (a)) | updates per epoch | exchange ms per update "
-         "| exchange s per epoch | epochs to target here | exchange s to target |", "|---|---|---|---|---|---|---|---|"]
-  for r in rows:
-    out.append(f"| {r['name']} | {r['ranks']:,} | {r['global_batch']:,} (x {r['multiple']}) "
-               f"| {_f(r['updates_per_epoch'], ',')} | {_f(r['exchange_seconds'], '.1f', 1e3)} "
-               f"| {_f(r['exchange_seconds_per_epoch'], '.1f')} | {_f(r['epochs_to_target'], '.2f')} "
-               f"| {_f(r['exchange_seconds_to_target'], '.1f')} |")
-  return "\n".join(out)
-
-
-def scale_findings(rows: list[dict]) -> str:
-  """Per ranks: each configuration's exchange to the target against (a)'s, or why (a) has none (pure)."""
-  out = []
-  for ranks in dict.fromkeys(r["ranks"] for r in rows):
-    at = [r for r in rows if r["ranks"] == ranks]
-    base = next(r for r in at if r["config"] == "a")  # at_scale() always has (a)
-    if base["updates_per_epoch"] is None:
-      why = f"(a)'s batch of {base['global_batch']:,} gives under one image a rank"
-    elif base["exchange_seconds_to_target"] is None:
-      why = "(a) did not reach the target"
-    else:
-      why = None
-    for r in at:
-      mine = r["exchange_seconds_to_target"]
-      if r["config"] == "a" or mine is None:
-        continue
-      if why:
-        out.append(f"At {ranks:,} ranks {why}; {r['name'][:3]} spends {mine:.1f} s in the exchange to the target.")
-        continue
-      ratio = base["exchange_seconds_to_target"] / mine
-      out.append(f"At {ranks:,} ranks {r['name'][:3]} spends {mine:.1f} s in the exchange to the target against "
-                 f"(a)'s {base['exchange_seconds_to_target']:.1f} s "
-                 f"({f'{ratio:.0f}x less' if ratio >= 1 else f'{1 / ratio:.1f}x more'}).")
-  return " ".join(out) or "No configuration besides (a) reached the target: nothing to compare at this scale."
-
-
-def exchange_per_update() -> tuple[dict, dict]:
-  """({ranks: seconds of one ResNet-50 gradient exchange, hybrid}, the stated parameters) from
-  bench/scaling/simulate.py's P40 cluster; builds ResNet-50 (Keras) for its gradient shapes."""
-  import math
-  from bench.scaling import simulate
-  from models import gradient_sets
-  tensors = [4 * math.prod(shape) for shape in gradient_sets.shapes("resnet50")]
-  sim = simulate.simulate(simulate.P40, tensors, ranks=SCALE_RANKS)
-  stated = dict(simulate.P40_STATED, bucket=f"{simulate.SIM_BUCKET / 2**20:g} MB")
-  return {p: sim[p]["hybrid"] for p in SCALE_RANKS}, stated
-
-
 def plot(runs: list[dict], budget: Budget, path: str) -> None:
   """Held-out top-1 against wall seconds since the launch, a line per run, a colour per configuration."""
   import matplotlib
@@ -446,22 +262,7 @@ gammas, BatchNorm per rank and micro-batch; LARS eta {LARS_ETA:g}. Sum of the ru
 
 {findings(stats, budget)}
 
-## At the papers' scale: the exchange to the target
-
-ResNet-50's gradients, exchanged once per update, on the simulated P40 cluster of
-`bench/scaling/simulate.py` ({'; '.join(f'{k}: {v}' for k, v in scale['params'].items())}),
-each exchange timed as its hybrid allreduce (per bucket the cheaper of ring and hierarchical).
-(a) is put at {SCALE_BASE_BATCH:,} images per update and each other configuration at its multiple of
-that, on ImageNet's {IMAGENET_TRAIN:,} training images: m times the batch makes 1/m of the exchanges
-per epoch, and to the target that times its epochs to target, taken as measured here. Assumed: that
-Fashion-MNIST's epochs to target carry over to ImageNet (Goyal et al. kept ImageNet's accuracy up to
-8K images per update, Jia et al. trained at 64K with LARS). Left out: the compute, the same images
-per epoch whatever the batch.
-
-{scale_table(scale['rows'])}
-
-{scale_findings(scale['rows'])}
-
+{scale_section(scale)}
 ## Commands
 
 Each configuration's seed {seeds[0]}; the other seeds differ in `--seed` and `--model_dir` only.

@@ -1,10 +1,12 @@
 """bench/time_to_accuracy.py's pure parts (no training): the settings' train.py flags, the curve
-from TensorBoard points, the aggregation over seeds, the tables and findings, the exchange at scale;
-and bench/train_runs.py's record of a finished run that --reuse reads back."""
+from TensorBoard points, the report; bench/target_stats.py's aggregation over seeds, table and
+findings; and bench/train_runs.py's record of a finished run that --reuse reads back. The exchange
+at the papers' scale: tests/bench/test_plan_scale.py."""
 import json
 
 import pytest
 
+from bench import target_stats as ts
 from bench import time_to_accuracy as tta
 from bench import train_runs
 
@@ -71,7 +73,7 @@ RUNS = [a_run("a", 0, summary(True, 100.0, 1.0, ips=200.0)), a_run("a", 1, summa
 
 
 def test_aggregate_over_seeds():
-  stats = {s["config"]: s for s in tta.aggregate(RUNS)}
+  stats = {s["config"]: s for s in ts.aggregate(RUNS)}
   assert list(stats) == ["a", "c", "d", "e"]
   a, c, e = stats["a"], stats["c"], stats["e"]
   assert (a["reached"], a["seeds"], a["time_to_target_seconds"], a["epochs_to_target"]) == (
@@ -86,14 +88,14 @@ def test_aggregate_over_seeds():
 
 
 def test_table_rows():
-  rows = tta.table(tta.aggregate(RUNS)).splitlines()
+  rows = ts.table(ts.aggregate(RUNS)).splitlines()
   assert len(rows) == 6 and all(r.count("|") == 13 for r in rows)
   assert "| 2 of 2 | 120 (120) | 1.20 (1.20) | 190 | 90.00 | 99.00 | 90.00 |" in rows[2]
   assert "| 4,096 (256 x 8) | lars, fp32 | 2 (32) | 2, poly | 0 of 2 | - | - | 1100 |" in rows[5]
 
 
 def test_findings_compare_with_the_baseline():
-  text = tta.findings(tta.aggregate(RUNS), FULL)
+  text = ts.findings(ts.aggregate(RUNS), FULL)
   assert "(a) batch 64, SGD reached 88% top-1 in a median 120 s, 1.20 epochs, at 190 images/s." in text
   assert ("(c) batch 1,024, LARS + warmup reached 88% top-1 in 1 of 2 seeds in a median 50 s, 2.00 epochs, at 810 "
           "images/s: 0.42x the baseline's time (faster), 1.67x its epochs at 4.26x its images/s.") in text
@@ -106,49 +108,18 @@ def test_findings_compare_with_the_baseline():
 
 
 def test_findings_without_a_baseline_state_times_only():
-  text = tta.findings(tta.aggregate(RUNS[2:4]), FULL)
+  text = ts.findings(ts.aggregate(RUNS[2:4]), FULL)
   assert "baseline" not in text and "reached 88% top-1 in 1 of 2 seeds in a median 50 s" in text
   assert "Fastest" not in text  # one configuration reached it: nothing to rank
 
 
-EXCHANGE = {256: 0.04, 2048: 0.06}
-
-
-def test_at_scale():
-  rows = {(r["config"], r["ranks"]): r for r in tta.at_scale(tta.aggregate(RUNS), EXCHANGE)}
-  assert sorted(rows) == [("a", 256), ("a", 2048), ("c", 256), ("c", 2048), ("e", 256), ("e", 2048)]
-  a = rows["a", 256]
-  assert (a["global_batch"], a["multiple"], a["updates_per_epoch"]) == (1024, 1, 1251)
-  assert a["exchange_seconds_per_epoch"] == pytest.approx(50.04)
-  assert a["exchange_seconds_to_target"] == pytest.approx(50.04 * 1.2)
-  assert rows["a", 2048]["updates_per_epoch"] is None  # 1,024 images on 2,048 ranks
-  c = rows["c", 2048]
-  assert (c["global_batch"], c["updates_per_epoch"]) == (16384, 78)
-  assert c["exchange_seconds_to_target"] == pytest.approx(78 * 0.06 * 2.0)
-  assert rows["e", 256]["global_batch"] == 65536 and rows["e", 256]["exchange_seconds_to_target"] is None
-  assert tta.at_scale(tta.aggregate(RUNS[2:]), EXCHANGE) == []  # no (a) to scale from
-
-
-def test_scale_table_and_findings():
-  rows = tta.at_scale(tta.aggregate(RUNS), EXCHANGE)
-  table = tta.scale_table(rows).splitlines()
-  assert len(table) == 8 and "| 2,048 | 1,024 (x 1) | - | - | - | 1.20 | - |" in table[3]
-  text = tta.scale_findings(rows)
-  assert "At 256 ranks (c) spends 6.2 s in the exchange to the target against (a)'s 60.0 s (10x less)." in text
-  assert "At 2,048 ranks (a)'s batch of 1,024 gives under one image a rank; (c) spends 9.4 s" in text
-  assert "(e)" not in text  # it never reached the target
-  unreached = [dict(r, exchange_seconds_to_target=None) if r["config"] == "a" else r for r in rows]
-  assert "At 256 ranks (a) did not reach the target; (c) spends 6.2 s" in tta.scale_findings(unreached)
-  assert "nothing to compare" in tta.scale_findings([r for r in rows if r["config"] == "a"])
-
-
 def test_write_report(tmp_path):
   runs = [dict(r, curve=[{"seconds": 10.0, "step": 1, "epoch": 0.1, "top1": 0.7, "top5": 0.9}]) for r in RUNS]
-  scale = {"params": {"ranks_per_node": 8}, "exchange": EXCHANGE}
+  scale = {"params": {"ranks_per_node": 8}, "exchange": {256: 0.04, 2048: 0.06}}
   text = tta.write(runs, QUICK, scale, str(tmp_path), fewer={"d": "no bf16 here", "a": "not fewer"})
   assert text.startswith("# Time to accuracy") and "A smoke run" in text and "None" not in text
   assert f"{tta.SETTINGS['d'].name} ran seed 0 only: no bf16 here." in text and "not fewer" not in text
-  assert tta.table(tta.aggregate(runs)) in text and "## At the papers' scale" in text
+  assert ts.table(ts.aggregate(runs)) in text and "## At the papers' scale" in text
   data = json.loads((tmp_path / "time_to_accuracy.json").read_text())
   assert [s["config"] for s in data["stats"]] == ["a", "c", "d", "e"] and len(data["runs"]) == 7
   assert (tmp_path / "time_to_accuracy.png").stat().st_size > 0
