@@ -50,3 +50,17 @@ def from_epochs(*, base_lr: float, global_batch: int, steps_per_epoch: int, epoc
   return Schedule(peak_lr=scaled_lr(base_lr, global_batch), total_steps=to_steps(epochs),
                   warmup_steps=to_steps(warmup_epochs), warmup_start_lr=warmup_start_lr,
                   kind=kind, decay_steps=tuple(to_steps(e) for e in decay_epochs))
+
+
+def for_run(optim, global_batch: int, epochs: float, steps_per_epoch: int) -> Schedule:
+  """The run's schedule (flags.config's OptimConfig) for a world's global batch: the linear
+  scaling rule, so under --elastic the peak follows the world's batch."""
+  return from_epochs(base_lr=optim.base_lr, global_batch=global_batch, steps_per_epoch=steps_per_epoch,
+                     epochs=epochs, warmup_epochs=optim.warmup_epochs, warmup_start_lr=optim.warmup_start_lr,
+                     kind=optim.lr_schedule, decay_epochs=optim.decay_epochs)
+
+
+def describe(schedule: Schedule, optimizer: str, base_lr: float, global_batch: int) -> str:
+  """The start-up line that says what the schedule is and where its peak comes from."""
+  return (f"{optimizer}: LR peak {schedule.peak_lr:.4f} ({base_lr:.4f} per 256 x global batch {global_batch}), "
+          f"{schedule.warmup_steps} warmup steps, {schedule.kind} decay over {schedule.total_steps} steps")

@@ -69,6 +69,21 @@ def damaged_name(taken, name: str) -> str:
       return candidate
 
 
+def on_disk(directory: str) -> list[int]:
+  """Numbers N of the ckpt-N.index files in directory, newest first (an index makes ckpt-N exist)."""
+  if not os.path.isdir(directory):
+    return []
+  found = (_INDEX.match(f) for f in os.listdir(directory))
+  return sorted((int(m.group(1)) for m in found if m), reverse=True)
+
+
+def newest(directory: str) -> str | None:
+  """The path prefix of the newest checkpoint in directory, or None: what a line telling users
+  to resume names (the watchdog's, a lost peer's), read from the files at that moment."""
+  numbers = on_disk(directory)
+  return os.path.join(directory, f"{PREFIX}-{numbers[0]}") if numbers else None
+
+
 def _variables_of(checkpoint) -> list:
   """Every variable a tf.train.Checkpoint saves (Keras 3 or tf), each once."""
   found = tf.train.TrackableView(checkpoint).descendants()
@@ -99,11 +114,7 @@ class Checkpoints:
     return os.path.join(self.directory, name)
 
   def _on_disk(self) -> list[int]:
-    """Numbers N of the ckpt-N.index files in the directory, newest first."""
-    if not os.path.isdir(self.directory):
-      return []
-    found = (_INDEX.match(f) for f in os.listdir(self.directory))
-    return sorted((int(m.group(1)) for m in found if m), reverse=True)
+    return on_disk(self.directory)
 
   def _files_of(self, name: str) -> list[str]:
     """The data files of ckpt-N, then its index: the order a save renames them in."""

@@ -42,14 +42,15 @@ class Steps:
     return epoch, data.train_epoch(epoch, first_step=offset,
                                    count=self.last_step(data.steps_per_epoch) - self.step)
 
-  def after_step(self, world, data_config) -> None:
+  def after_step(self) -> None:
     self.step += 1
 
   def epoch_ended(self, epoch: int) -> None:
     """The step already says so."""
 
-  def commit(self, step: int, force: bool = False) -> None:
+  def commit(self, step: int, force: bool = False) -> bool:
     """Nothing to commit in a fixed world."""
+    return False
 
 
 class Elastic:
@@ -60,8 +61,9 @@ class Elastic:
   times this world's steps per epoch.
   """
 
-  def __init__(self, state, commit_every: int, run: RunConfig, num_train: int):
+  def __init__(self, state, commit_every: int, run: RunConfig, num_train: int, world, data_config):
     self.state, self.commit_every, self.run, self.num_train = state, commit_every, run, num_train
+    self.world, self.data_config = world, data_config
     self.commit_seconds = []  # each commit's time (make faults reports the median)
 
   @property
@@ -101,18 +103,21 @@ class Elastic:
     count = self.run.max_steps - self.step if self.run.max_steps else None
     return p.epoch, data.train_epoch(p.epoch, plan=plan, count=count)
 
-  def after_step(self, world, data_config) -> None:
-    self.state.position = self.state.position.after_step(world.size, data_config.step_batch,
-                                                         data_config.global_batch)
+  def after_step(self) -> None:
+    self.state.position = self.state.position.after_step(self.world.size, self.data_config.step_batch,
+                                                         self.data_config.global_batch)
 
   def epoch_ended(self, epoch: int) -> None:
     self.state.position = self.state.position.next_epoch()
 
-  def commit(self, step: int, force: bool = False) -> None:
+  def commit(self, step: int, force: bool = False) -> bool:
     """Every commit_every steps (and, forced, at each checkpoint): the state is kept in host
-    memory; Horovod raises HostsUpdatedInterrupt here when the discovery script's hosts changed."""
-    if force or step % self.commit_every == 0:
-      start = time.perf_counter()
-      self.state.save()
-      self.commit_seconds.append(time.perf_counter() - start)
-      self.state.check_host_updates()
+    memory; Horovod raises HostsUpdatedInterrupt here when the discovery script's hosts changed.
+    Whether it committed."""
+    if not (force or step % self.commit_every == 0):
+      return False
+    start = time.perf_counter()
+    self.state.save()
+    self.commit_seconds.append(time.perf_counter() - start)
+    self.state.check_host_updates()
+    return True

@@ -34,6 +34,15 @@ def held_out(eval_step, dataset, allreduce_sum, on_batch=lambda: None) -> HeldOu
   return HeldOut(top1=top1 / count, top5=top5 / count, loss=loss_sum / count, count=int(count))
 
 
+def evaluator(eval_step, data, allreduce_sum):
+  """evaluate(on_batch) -> HeldOut over data's held-out split (data.eval()), or None when it
+  has none: what the loop (training/loop.py) calls, every rank at the same step."""
+  def evaluate(on_batch):
+    dataset = data.eval()
+    return None if dataset is None else held_out(eval_step, dataset, allreduce_sum, on_batch)
+  return evaluate
+
+
 def target_summary(targets: EvalConfig, reached: dict) -> dict:
   """summary.json's time-to-accuracy keys. reached: {} until a target was met, then the
   seconds from start-up to the end of that evaluation, its step and its epoch."""

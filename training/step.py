@@ -14,10 +14,15 @@ allreduce), so every rank takes the same branch. A skipped step in fp32 or
 bf16 means the run diverged (train.py stops it); in fp16 it is an overflow
 that lowers the loss scale.
 """
+import collections
+
 import keras
 import tensorflow as tf
 
 from optimizers import precision
+
+# What a train step returns (a tuple, so `loss, correct, finite, stop = train_step(...)` still reads).
+StepOut = collections.namedtuple("StepOut", "loss correct finite stop")
 
 
 def correct_count(logits, labels, k: int = 1) -> tf.Tensor:
@@ -31,7 +36,7 @@ def correct_count(logits, labels, k: int = 1) -> tf.Tensor:
 
 def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, label_smoothing: float = 0.0,
                     agree=None, accumulation_steps: int = 1):
-  """A tf.function train_step(images, labels, lr, stop=0) -> (loss, correct, finite, stop).
+  """A tf.function train_step(images, labels, lr, stop=0) -> StepOut(loss, correct, finite, stop).
 
   images: (K * batch, H, W, C) in the model's compute dtype, K =
   accumulation_steps micro-batches of `batch` one after the other; labels:
@@ -95,7 +100,7 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
     learning_rate.assign(lr)
     finite = tf.logical_and(precision.all_finite(grads), tf.equal(codes[1], 0))
     finite = loss_scale.apply_if_finite(grads, lambda: optimizer.apply_gradients(zip(grads, variables)), finite)
-    return loss, correct, finite, codes[0]
+    return StepOut(loss, correct, finite, codes[0])
 
   return train_step
 

@@ -25,6 +25,7 @@ cannot see (a model_dir not shared between hosts) is named as such.
 """
 import json
 import os
+import shutil
 import socket
 import statistics
 import sys
@@ -44,6 +45,22 @@ RECENT_STEPS = 50
 STARTUP_SECONDS = 120
 # Kinds of work: the input of a step belongs to the step.
 KINDS = {"input": "step", "step": "step", "eval": "eval", "checkpoint": "checkpoint", "export": "export"}
+
+
+def horovod_stall_defaults(stall_timeout: float) -> None:
+  """Horovod's stall inspector (rank 0's coordinator) warns, naming the ranks that have not
+  submitted a tensor, well before this watchdog ends the job; its own shutdown stays off,
+  since the watchdog's line names the culprit and its limit follows the step time."""
+  if stall_timeout > 0:
+    os.environ.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", str(int(max(5, min(60, stall_timeout / 2)))))
+
+
+def fresh_heartbeats(model_dir: str, is_chief: bool) -> str:
+  """<model_dir>/heartbeats, emptied by rank 0: a previous run's would name ranks of another job."""
+  directory = os.path.join(model_dir, "heartbeats")
+  if is_chief:
+    shutil.rmtree(directory, ignore_errors=True)
+  return directory
 
 
 def stall_limit(floor_seconds: float, step_seconds: list[float], first_time: bool) -> float:

@@ -44,7 +44,7 @@ RUN = types.SimpleNamespace(epochs=2.0, max_steps=0)
 
 def test_the_elastic_course_counts_epochs_in_images_whatever_the_batch():
   state = FakeState(Position(epoch=1, history=(Generation(4, 8, 10),)))  # 320 of 1,000 images
-  c = course.Elastic(state, commit_every=5, run=RUN, num_train=1000)
+  c = course.Elastic(state, commit_every=5, run=RUN, num_train=1000, world=None, data_config=None)
   assert c.epochs(31) == pytest.approx(1.32)
   assert c.nominal_step(31) == round(1.32 * 31) and c.last_step(31) == 62
   assert c.into_epoch(31) == round(1.32 * 31) - 31
@@ -55,16 +55,16 @@ def test_the_elastic_course_counts_epochs_in_images_whatever_the_batch():
 
 def test_the_elastic_course_commits_every_n_steps_and_at_checkpoints():
   state = FakeState(Position())
-  c = course.Elastic(state, commit_every=5, run=RUN, num_train=1000)
-  for step in range(1, 12):
-    c.commit(step)
-  c.commit(12, force=True)
+  c = course.Elastic(state, commit_every=5, run=RUN, num_train=1000, world=None, data_config=None)
+  committed = [step for step in range(1, 12) if c.commit(step)]
+  assert c.commit(12, force=True) and committed == [5, 10]
   assert state.saves == state.checks == 3 and len(c.commit_seconds) == 3  # steps 5, 10 and the checkpoint
 
 
 def test_max_steps_ends_an_elastic_run_at_that_many_updates():
   state = FakeState(Position(step=7))
-  c = course.Elastic(state, commit_every=5, run=types.SimpleNamespace(epochs=90.0, max_steps=9), num_train=1000)
+  c = course.Elastic(state, commit_every=5, run=types.SimpleNamespace(epochs=90.0, max_steps=9), num_train=1000,
+                     world=None, data_config=None)
   assert not c.finished(10) and c.last_step(10) == c.nominal_step(10) + 2
   state.position = Position(step=9)
   assert c.finished(10)
@@ -73,7 +73,7 @@ def test_max_steps_ends_an_elastic_run_at_that_many_updates():
 def test_the_steps_course_is_the_plain_run():
   c = course.Steps(5, types.SimpleNamespace(epochs=1.5, max_steps=0))
   assert (c.last_step(10), c.epochs(10), c.into_epoch(10), c.nominal_step(10)) == (15, 0.5, 5, 5)
-  c.after_step(None, None)
+  c.after_step()
   assert c.step == 6 and not c.finished(10)
   assert course.Steps(15, types.SimpleNamespace(epochs=1.5, max_steps=0)).finished(10)
   assert course.Steps(3, types.SimpleNamespace(epochs=9.0, max_steps=3)).finished(10)

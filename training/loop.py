@@ -1,0 +1,237 @@
+"""The training loop: steps, evaluations, checkpoints and commits until the run ends, and a
+frozen record of how it ended.
+
+After orbit's Controller (tensorflow/models): the loop owns the order of things and asks
+its parts for the work, a train step, an evaluation, a save, a commit, each passed in, so
+the loop runs the same in train.py, under --elastic (training/modes.py runs it once per
+world) and in tests with a fake step and fake data (tests/training/test_loop.py). What
+happens is told to hooks (Keras's callbacks): the progress lines and TensorBoard, the
+watchdog, the step variable; none is called by hand.
+
+Every end of a run is decided by `_after_step`, `_due` and `_epoch_end`, and what is saved
+on the way out by one rule (`_finish`):
+
+  finished      evaluate, save, commit
+  target        save (the evaluation that reached it just ran)
+  stopped       save; a stop at the last step is a finished run
+  diverged      nothing: the step's update was not applied, the newest checkpoint is good
+  a save that finds inf/NaN in the weights turns any of these into a divergence
+"""
+import dataclasses
+import time
+
+from training import outcome
+
+
+class NoProgress(RuntimeError):
+  """An epoch gave no batch while the run has steps left: one sentence, the run ends."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+  """When to evaluate and checkpoint, and what ends a run (from the run's Config)."""
+  eval_every: int = 0          # steps into an epoch between held-out evaluations (0: epoch ends only)
+  target_top1: float = 0.0     # held-out top-1 that ends the run (0: none)
+  target_top5: float = 0.0
+  checkpoint_every: int = 0    # steps between checkpoints besides epoch ends (0: epoch ends only)
+  fp16: bool = False           # an overflow skips a step instead of ending the run
+  max_skipped: int = 10        # fp16: skipped steps in a row that count as a divergence
+
+  @classmethod
+  def of(cls, config) -> "Policy":
+    e = config.evaluation
+    return cls(eval_every=e.eval_every, target_top1=e.target_top1, target_top5=e.target_top5,
+               checkpoint_every=config.run.checkpoint_every, fp16=config.optim.precision == "fp16",
+               max_skipped=config.faults.max_skipped_steps)
+
+
+@dataclasses.dataclass(frozen=True)
+class Reached:
+  """When a target was met: seconds since start-up (MLPerf's clock), the step and the epoch."""
+  seconds: float
+  step: int
+  epoch: float
+
+
+# Why a run ended: Ending.cause.
+FINISHED, NOTHING_LEFT, TARGET, SIGNAL = "finished", "nothing_left", "target", "signal"
+NONFINITE_STEP, NONFINITE_WEIGHTS = "nonfinite_step", "nonfinite_weights"
+
+
+@dataclasses.dataclass(frozen=True)
+class Ending:
+  """How a run (or, --elastic, a world's stretch of it) ended.
+
+  status: outcome.OK, TARGET_REACHED, STOPPED or DIVERGED; cause: one of the names above;
+  step: updates applied; lr: the last step's LR; skipped: fp16 overflow-skipped steps in a row;
+  held: the newest held-out metrics (None: none taken); stop_code: the agreed stop request.
+  """
+  status: int
+  cause: str
+  step: int
+  epochs: float
+  lr: float
+  skipped: int
+  held: object = None
+  reached: Reached | None = None
+  stop_code: int = 0
+
+
+class Hook:
+  """What the loop tells, in order; a hook overrides what it needs.
+
+  before(phase, step): 'input', 'step', 'eval' or 'checkpoint' work begins;
+  after_step(step, nominal, out, lr): a step's update was applied (out: the step's outputs,
+    .loss and .correct; nominal: the step the schedule and the progress lines are at);
+  after_eval_batch(step), after_eval(step, nominal, held), after_save(step), after_commit(step).
+  """
+
+  def before(self, phase: str, step: int) -> None: ...
+  def after_step(self, step: int, nominal: int, out, lr: float) -> None: ...
+  def after_eval_batch(self, step: int) -> None: ...
+  def after_eval(self, step: int, nominal: int, held) -> None: ...
+  def after_save(self, step: int) -> None: ...
+  def after_commit(self, step: int) -> None: ...
+
+
+def due(step: int, every: int) -> bool:
+  """Whether work done every `every` steps falls at `step` (pure; every=0: never, step 0: never).
+
+  big_vision's one "is it time" predicate: evaluations count steps into the epoch (a spacing
+  that does not divide the epoch, 937 steps every 235, gives none a step before the epoch
+  end's), checkpoints count the run's steps.
+  """
+  return bool(every) and step > 0 and step % every == 0
+
+
+class Loop:
+  """Train until the run ends: run() -> Ending.
+
+  course: training/course.py's Steps or Elastic (where the run is, when it ends, commits);
+  data: input/pipeline's Input (steps_per_epoch; course.batches asks it for an epoch's batches);
+  train_step(images, labels, lr, stop) -> out with .loss, .correct, .finite, .stop (training/step.py);
+  evaluate(on_batch) -> HeldOut or None (no held-out split); on_batch() after each batch;
+  save(step) -> bool: False when some rank's weights hold inf/NaN (nothing written);
+  schedule(step) -> LR; stop_code() -> this rank's stop request (0: none); clock() -> seconds
+  since start-up.
+  """
+
+  def __init__(self, course, data, train_step, evaluate, save, schedule, stop_code, policy: Policy,
+               hooks=(), clock=time.time):
+    self.course, self.data, self.train_step, self.evaluate_fn = course, data, train_step, evaluate
+    self.save_fn, self.schedule, self.stop_code, self.policy = save, schedule, stop_code, policy
+    self.hooks, self.clock = list(hooks), clock
+    self.spe = data.steps_per_epoch
+    self.held = None
+    self.reached = None
+    self.skipped = 0
+    self.agreed_stop = 0
+    self.lr = schedule(course.nominal_step(self.spe))
+
+  def _tell(self, event: str, *args) -> None:
+    for hook in self.hooks:
+      getattr(hook, event)(*args)
+
+  def run(self) -> Ending:
+    course, spe = self.course, self.spe
+    if course.finished(spe):  # nothing left to train (a finished run started again): still report
+      self._evaluate()
+      return self._ending(outcome.OK, NOTHING_LEFT)
+    while True:
+      epoch, batches = course.batches(self.data)
+      start = course.step
+      self._tell("before", "input", start)
+      end = None
+      for images, labels in batches:
+        end = self._step(images, labels)
+        if end:
+          break
+      else:
+        end = self._epoch_end(epoch, start)
+      if end:
+        return self._finish(*end)
+
+  def _step(self, images, labels):
+    """One step and what is due after it; (status, cause) when the run ends here, else None."""
+    course, spe = self.course, self.spe
+    self.lr = self.schedule(course.nominal_step(spe))
+    self._tell("before", "step", course.step)
+    out = self.train_step(images, labels, self.lr, self.stop_code())
+    # One host read per step, of verdicts identical on every rank: all ranks leave together.
+    verdict = outcome.after_step(bool(out.finite), int(out.stop), self.skipped, self.policy.fp16,
+                                 self.policy.max_skipped)
+    self.skipped, self.agreed_stop = verdict.skipped, int(out.stop)
+    if verdict.status == outcome.DIVERGED:
+      return outcome.DIVERGED, NONFINITE_STEP  # not applied: the weights are the step before's
+    course.after_step()
+    step = course.step
+    self._tell("after_step", step, course.nominal_step(spe), out, self.lr)
+    if verdict.status == outcome.STOPPED:
+      return outcome.STOPPED, SIGNAL
+    if course.finished(spe):
+      return outcome.OK, FINISHED
+    if due(course.into_epoch(spe), self.policy.eval_every):
+      if self._evaluate():
+        return outcome.TARGET_REACHED, TARGET
+    self._tell("before", "input", step)
+    if due(step, self.policy.checkpoint_every) and not self._save(step):
+      return outcome.DIVERGED, NONFINITE_WEIGHTS
+    self._commit(step)
+    return None
+
+  def _epoch_end(self, epoch: int, start: int):
+    """The epoch's batches ran out: evaluate, save, commit; (status, cause) if the run ends here."""
+    course = self.course
+    course.epoch_ended(epoch)
+    if course.finished(self.spe):
+      return outcome.OK, FINISHED
+    if self._evaluate():
+      return outcome.TARGET_REACHED, TARGET
+    if not self._save(course.step):
+      return outcome.DIVERGED, NONFINITE_WEIGHTS
+    self._commit(course.step, force=True)
+    return None
+
+  def _finish(self, status: int, cause: str) -> Ending:
+    """The one rule for what is saved on the way out (the module docstring)."""
+    step = self.course.step
+    if cause == FINISHED and self._evaluate():
+      status, cause = outcome.TARGET_REACHED, TARGET
+    if status != outcome.DIVERGED:
+      if not self._save(step):
+        return self._ending(outcome.DIVERGED, NONFINITE_WEIGHTS)
+      if cause == FINISHED:
+        self._commit(step, force=True)
+    return self._ending(status, cause)
+
+  def _ending(self, status: int, cause: str) -> Ending:
+    return Ending(status=status, cause=cause, step=self.course.step, epochs=self.course.epochs(self.spe),
+                  lr=self.lr, skipped=self.skipped, held=self.held, reached=self.reached,
+                  stop_code=self.agreed_stop)
+
+  def _evaluate(self) -> bool:
+    """The held-out metrics, told to the hooks; whether they meet the target."""
+    step = self.course.step
+    self._tell("before", "eval", step)
+    held = self.evaluate_fn(lambda: self._tell("after_eval_batch", step))
+    if held is not None:
+      self.held = held
+    self._tell("after_eval", step, self.course.nominal_step(self.spe), held)
+    p = self.policy
+    verdict = outcome.after_eval(held.top1 if held else None, held.top5 if held else None,
+                                 p.target_top1, p.target_top5, self.skipped)
+    if verdict.status != outcome.TARGET_REACHED:
+      return False
+    # MLPerf's time to train: from start-up to the end of the evaluation that reached the target.
+    self.reached = Reached(seconds=round(self.clock(), 1), step=step, epoch=round(self.course.epochs(self.spe), 3))
+    return True
+
+  def _save(self, step: int) -> bool:
+    self._tell("before", "checkpoint", step)
+    ok = self.save_fn(step)
+    self._tell("after_save", step)
+    return ok
+
+  def _commit(self, step: int, force: bool = False) -> None:
+    if self.course.commit(step, force):
+      self._tell("after_commit", step)

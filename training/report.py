@@ -1,0 +1,70 @@
+"""What a run says when it ends: the stop and divergence sentences and summary.json, from the
+loop's Ending (training/loop.py). Pure: test_faults, test_slurm and make faults parse these lines.
+"""
+import dataclasses
+
+from training import evaluation, loop, outcome, signals
+
+
+def stop_line(reason: str, code: int, step: int, epochs: float, checkpoint: str | None) -> str:
+  """The line of a run stopped by a signal. reason: this rank's own (empty when the request came
+  from another rank: the agreed code names it); checkpoint: the one written at the stop."""
+  why = reason or f"{signals.name(code)} on another rank"
+  return (f"stopped: {why} at step {step} (epoch {epochs:.2f}); checkpoint {checkpoint or 'written by rank 0'}; "
+          f"run the same command to resume (exit {outcome.STOPPED})")
+
+
+def divergence_line(cause: str, step: int, lr: float, skipped: int, newest: str | None) -> str:
+  """The line of a diverged run. cause: loop.NONFINITE_STEP (the step's loss or gradient; its
+  update was not applied) or loop.NONFINITE_WEIGHTS (found before a checkpoint); newest: the
+  newest good checkpoint."""
+  if cause == loop.NONFINITE_WEIGHTS:
+    what = (f"inf/NaN in the weights or BatchNorm statistics at step {step} (lr {lr:.5g}), "
+            "found before checkpointing")
+  else:
+    row = f", {skipped} overflow-skipped steps in a row" if skipped > 1 else ""
+    what = f"non-finite loss or gradient at step {step + 1} (lr {lr:.5g}{row}); the update was not applied"
+  return (f"diverged: {what}; no checkpoint is written; newest good checkpoint {newest or 'none'}; "
+          f"lower --base_lr or lengthen --warmup_epochs (exit {outcome.DIVERGED})")
+
+
+def final_line(ending: loop.Ending, reason: str, newest: str | None, targets) -> str | None:
+  """The line before the summary: why it stopped or diverged, or (with a target) whether the
+  target was reached; None for a plain finished run. targets: the run's EvalConfig."""
+  if ending.status == outcome.STOPPED:
+    return stop_line(reason, ending.stop_code, ending.step, ending.epochs, newest)
+  if ending.status == outcome.DIVERGED:
+    return divergence_line(ending.cause, ending.step, ending.lr, ending.skipped, newest)
+  if targets.has_target:
+    return evaluation.target_line(targets, reached(ending), ending.held, ending.step, ending.epochs)
+  return None
+
+
+def reached(ending: loop.Ending) -> dict:
+  """When the target was met ({} if not)."""
+  return dataclasses.asdict(ending.reached) if ending.reached else {}
+
+
+def summary(ending: loop.Ending, config, world, dataset: str, *, plan, images_per_sec, identical: bool,
+            wall_seconds: float, extra: dict) -> dict:
+  """summary.json (and the JSON line on stdout): how the run ended and what it ran.
+  config/world: the last world's (--elastic: the batch may have changed); extra: more keys."""
+  held = ending.held
+  out = {
+      "status": outcome.STATUS_WORDS[ending.status],
+      "final_top1": held.top1 if held else None, "final_top5": held.top5 if held else None,
+      "final_loss": held.loss if held else None,
+      "images_per_sec": images_per_sec,
+      "ranks": world.size, "global_batch": config.data.global_batch,
+      "per_rank_batch": config.data.batch_size, "accumulation_steps": config.data.accumulation_steps,
+      "steps": ending.step, "epochs": round(ending.epochs, 3), "wall_seconds": round(wall_seconds, 1),
+      "model": config.model.name, "dataset": dataset, "allreduce": config.comm.allreduce,
+      "allreduce_plan": plan, "optimizer": config.optim.optimizer, "precision": config.optim.precision,
+      "replicas_identical": identical,
+      **extra,
+  }
+  if ending.status in (outcome.STOPPED, outcome.DIVERGED):
+    out["stopped_at_step"] = ending.step
+  if config.evaluation.has_target:  # time to accuracy (MLPerf): whether, when, at which step
+    out.update(evaluation.target_summary(config.evaluation, reached(ending)))
+  return out

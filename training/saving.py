@@ -1,0 +1,57 @@
+"""The one save path of a run: every rank calls save(step), the ranks agree that the weights
+are finite, rank 0 writes (once per step), and --elastic's position goes beside it.
+
+The loop's checkpoints (training/loop.py) and the elastic commit kept before a world
+re-forms (training/modes.py) both come here; finiteness is judged once, here, not again
+by training/checkpoints.py.
+"""
+import os
+
+from optimizers import precision
+from training import checkpoints, elastic
+
+
+class Saver:
+  """Rank 0's checkpoints behind one save() that every rank calls at the same step.
+
+  checkpoint: the tf.train.Checkpoint of the run; floating: the variables whose inf/NaN refuse
+  a save (weights, optimizer slots, BatchNorm statistics); any_rank(flag) -> whether flag is
+  true on any rank (comm.sync.any_rank over Horovod; None: one process decides alone).
+  """
+
+  def __init__(self, checkpoint, directory: str, keep: int, log, floating, any_rank=None):
+    self.checkpoint, self.directory, self.keep, self.log = checkpoint, directory, keep, log
+    self.floating, self.any_rank = list(floating), any_rank
+    self.manager = None  # rank 0's checkpoints.Checkpoints, made by writer()
+
+  def writer(self) -> checkpoints.Checkpoints:
+    """Become the rank that writes: rank 0 at start-up, and (--elastic) rank 0 of a new world."""
+    if self.manager is None:
+      self.manager = checkpoints.Checkpoints(self.checkpoint, self.directory, self.keep, self.log)
+    return self.manager
+
+  @property
+  def newest(self) -> str | None:
+    """The newest good checkpoint this rank wrote or restored (None: not the writer, or none)."""
+    return self.manager.newest if self.manager else None
+
+  def save(self, step: int, position: "elastic.Position | None" = None, agree: bool = True) -> bool:
+    """Checkpoint `step`: False, and nothing written, if some rank's weights hold inf/NaN.
+
+    agree: the ranks agree on that first (one small allreduce): --base_lr=1e6 on digits blew
+    up the BatchNorm moving variance while the loss stayed finite, and rank 0 refusing such a
+    save alone would end it and leave the others failing in their next collective. agree=False
+    (a world that is breaking up: no collective can be trusted) judges this rank's alone.
+    A checkpoint of this step already written is not written again; position (--elastic) is
+    written just before it. A failed write (disk full) raises checkpoints.CheckpointError.
+    """
+    bad = not bool(precision.all_finite(self.floating))
+    if agree and self.any_rank is not None:
+      bad = self.any_rank(bad)
+    if bad:
+      return False
+    if self.manager and self.manager.newest != os.path.join(self.directory, f"{checkpoints.PREFIX}-{step}"):
+      if position is not None:
+        elastic.write_position(self.directory, step, position)
+      self.manager.save(step, variables=())  # judged above, on every rank
+    return True
