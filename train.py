@@ -52,7 +52,7 @@ from optimizers import build_optimizer, precision, schedules  # noqa: E402
 from progress import Progress, emit, write_json_atomic  # noqa: E402
 from training import checkpoints, evaluation, export, hooks, modes, outcome, report, signals  # noqa: E402
 from training import step as step_lib, watchdog as watchdog_lib  # noqa: E402
-from training.loop import Loop, Policy  # noqa: E402
+from training.loop import Loop, NoProgress, Policy  # noqa: E402
 from training.saving import Saver  # noqa: E402
 
 flags.define_flags()
@@ -229,7 +229,7 @@ def train(argv, stop_request: signals.StopRequest):
   try:
     result = mode.run(run_world, config, data, int(step_var), saver=saver, rebuild=rebuild,
                       variables=variables + [loss_scale.scale, loss_scale.good_steps])
-  except checkpoints.CheckpointError as e:  # a full disk: the earlier checkpoints are intact
+  except (checkpoints.CheckpointError, NoProgress) as e:  # a full disk, data gone: the checkpoints are intact
     fail(str(e))
   ending, world, config = result.ending, result.world, result.config
 

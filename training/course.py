@@ -33,6 +33,10 @@ class Steps:
   def epochs(self, steps_per_epoch: int) -> float:
     return self.step / steps_per_epoch
 
+  def epoch_now(self, steps_per_epoch: int) -> int:
+    """The epoch the next batches come from."""
+    return self.step // steps_per_epoch
+
   def into_epoch(self, steps_per_epoch: int) -> int:
     return self.step % steps_per_epoch
 
@@ -81,6 +85,10 @@ class Elastic:
 
   def nominal_step(self, steps_per_epoch: int) -> int:
     return int(round(self.epochs(steps_per_epoch) * steps_per_epoch))
+
+  def epoch_now(self, steps_per_epoch: int) -> int:
+    """The epoch the next batches come from (epoch_ended moves it on)."""
+    return self.state.position.epoch
 
   def last_step(self, steps_per_epoch: int) -> int:
     """The schedule's step the run ends at, in this world's steps (--max_steps counts updates)."""

@@ -13,9 +13,9 @@ on the way out by one rule (`_finish`):
 
   finished      evaluate, save, commit
   target        save (the evaluation that reached it just ran)
-  stopped       save; a stop at the last step is a finished run
+  stopped       save (a stop at the last step is a finished run)
   diverged      nothing: the step's update was not applied, the newest checkpoint is good
-  a save that finds inf/NaN in the weights turns any of these into a divergence
+  a save that finds inf/NaN in the weights turns any of these into a divergence (not reached)
 """
 import dataclasses
 import time
@@ -139,15 +139,15 @@ class Loop:
       return self._ending(outcome.OK, NOTHING_LEFT)
     while True:
       epoch, batches = course.batches(self.data)
-      start = course.step
-      self._tell("before", "input", start)
-      end = None
+      self._tell("before", "input", course.step)
+      end, taken = None, 0
       for images, labels in batches:
+        taken += 1
         end = self._step(images, labels)
         if end:
           break
       else:
-        end = self._epoch_end(epoch, start)
+        end = self._epoch_end(epoch, taken)
       if end:
         return self._finish(*end)
 
@@ -166,10 +166,10 @@ class Loop:
     course.after_step()
     step = course.step
     self._tell("after_step", step, course.nominal_step(spe), out, self.lr)
+    if course.finished(spe):  # a stop requested at the last step too: nothing is left to resume
+      return outcome.OK, FINISHED
     if verdict.status == outcome.STOPPED:
       return outcome.STOPPED, SIGNAL
-    if course.finished(spe):
-      return outcome.OK, FINISHED
     if due(course.into_epoch(spe), self.policy.eval_every):
       if self._evaluate():
         return outcome.TARGET_REACHED, TARGET
@@ -179,10 +179,19 @@ class Loop:
     self._commit(step)
     return None
 
-  def _epoch_end(self, epoch: int, start: int):
-    """The epoch's batches ran out: evaluate, save, commit; (status, cause) if the run ends here."""
+  def _epoch_end(self, epoch: int, taken: int):
+    """The epoch's batches ran out after `taken` steps: evaluate, save, commit; (status, cause)
+    if the run ends here. A pass that took no batch and left the course in the same epoch would
+    be asked for the same nothing again, evaluating and saving the same step for ever."""
     course = self.course
     course.epoch_ended(epoch)
+    if not taken and course.epoch_now(self.spe) == epoch and not course.finished(self.spe):
+      last = course.last_step(self.spe)
+      raise NoProgress(
+          f"epoch {epoch} gave no batch at step {course.step} of {last}, though its data should fill "
+          f"{self.spe} steps: the training files hold fewer records than they did when the run began "
+          "(files removed, or records skipped as unreadable); restore them in --data_dir and run the same "
+          "command to resume from the newest checkpoint")
     if course.finished(self.spe):
       return outcome.OK, FINISHED
     if self._evaluate():
@@ -205,8 +214,10 @@ class Loop:
     return self._ending(status, cause)
 
   def _ending(self, status: int, cause: str) -> Ending:
+    # A target met and then inf/NaN weights at its save: diverged, not reached (nothing saved, nothing to export).
+    reached = self.reached if status == outcome.TARGET_REACHED else None
     return Ending(status=status, cause=cause, step=self.course.step, epochs=self.course.epochs(self.spe),
-                  lr=self.lr, skipped=self.skipped, held=self.held, reached=self.reached,
+                  lr=self.lr, skipped=self.skipped, held=self.held, reached=reached,
                   stop_code=self.agreed_stop)
 
   def _evaluate(self) -> bool:
