@@ -171,12 +171,14 @@ def test_an_fp32_non_finite_step_ends_the_run_with_the_weights_of_the_step_befor
 @pytest.mark.parametrize("bad, want_status, want_events", [
     ({3, 4}, outcome.OK, steps(1, 2, 3, 4) + [("eval", 4), ("save", 4)]),   # 2 skipped in a row: go on
     ({2, 3, 4}, outcome.DIVERGED, steps(1, 2, 3)),                          # the 3rd in a row: diverged
+    ({4, 5, 6}, outcome.DIVERGED, steps(1, 2, 3, 4) + [("eval", 4), ("save", 4), ("step", 5)]),  # counted across an evaluation
 ])
 def test_fp16_overflows_skip_steps_until_the_limit(bad, want_status, want_events):
-  ending, events = Run(spe=4, epochs=1, nonfinite=bad, policy=Policy(fp16=True, max_skipped=3)).run()
+  ending, events = Run(spe=4, epochs=2, max_steps=4 if bad == {3, 4} else 0, nonfinite=bad,
+                       policy=Policy(fp16=True, max_skipped=3)).run()
   assert (ending.status, events) == (want_status, want_events)
   if want_status == outcome.DIVERGED:
-    assert (ending.cause, ending.skipped, ending.step) == (loop.NONFINITE_STEP, 3, 3)
+    assert (ending.cause, ending.skipped, ending.step) == (loop.NONFINITE_STEP, 3, max(bad) - 1)
 
 
 @pytest.mark.parametrize("policy, stop_at, top1, want_events", [

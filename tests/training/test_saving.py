@@ -1,0 +1,75 @@
+"""training/saving.py: the one save path (the loop's checkpoints and the elastic commit's), on a
+real tf.train.Checkpoint in one process; any_rank stands in for the other ranks' answer."""
+import json
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from training import checkpoints
+from training.elastic import Position
+from training.saving import Saver
+
+
+def run_state():
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+  step = tf.Variable(0, dtype=tf.int64)
+  return model, tf.train.Checkpoint(model=model, step=step)
+
+
+def saver_for(directory, any_rank=None, writer=True):
+  model, checkpoint = run_state()
+  saver = Saver(checkpoint, str(directory), keep=3, log=lambda *a: None, floating=model.variables, any_rank=any_rank)
+  if writer:
+    saver.writer()
+  return model, saver
+
+
+def test_a_save_is_written_once_per_step_and_the_position_goes_beside_it(tmp_path):
+  _, saver = saver_for(tmp_path)
+  assert saver.save(5, position=Position(epoch=1, step=5))
+  index = tmp_path / "ckpt-5.index"
+  first = os.stat(index).st_ino
+  assert saver.save(5) and os.stat(index).st_ino == first  # the same step again: nothing rewritten
+  assert saver.newest == str(tmp_path / "ckpt-5") == checkpoints.newest(str(tmp_path))
+  assert json.loads((tmp_path / "position-5.json").read_text())["step"] == 5
+
+
+def test_inf_on_another_rank_refuses_the_save_everywhere(tmp_path):
+  asked = []
+  _, saver = saver_for(tmp_path, any_rank=lambda bad: asked.append(bad) or True)  # a peer's weights hold NaN
+  assert not saver.save(3) and asked == [False]
+  assert checkpoints.newest(str(tmp_path)) is None
+
+
+def test_without_agreement_this_ranks_weights_decide(tmp_path):
+  model, saver = saver_for(tmp_path, any_rank=lambda bad: False)
+  model.variables[0].assign(np.full(model.variables[0].shape, np.inf, np.float32))
+  assert not saver.save(3, agree=False) and checkpoints.newest(str(tmp_path)) is None
+
+
+def test_finiteness_is_judged_once_by_the_saver_not_again_by_the_writer(tmp_path):
+  # A variable outside `floating` (an integer counter in the real run) is not the saver's to judge;
+  # Checkpoints.save judged every variable again before, and refused this save.
+  model, checkpoint = run_state()
+  extra = tf.Variable([np.nan], dtype=tf.float32)
+  checkpoint.extra = extra
+  saver = Saver(checkpoint, str(tmp_path), 3, lambda *a: None, floating=model.variables)
+  saver.writer()
+  assert saver.save(7) and checkpoints.newest(str(tmp_path)) == str(tmp_path / "ckpt-7")
+
+
+def test_a_rank_that_does_not_write_agrees_and_writes_nothing(tmp_path):
+  _, saver = saver_for(tmp_path, writer=False)
+  assert saver.save(2) and saver.newest is None and not os.listdir(tmp_path)
+
+
+def test_newest_reads_the_directory_whoever_asks(tmp_path):
+  # What the watchdog's and a lost peer's lines name, before any Checkpoints object exists.
+  assert checkpoints.newest(str(tmp_path / "missing")) is None
+  for n in (3, 12, 7):
+    (tmp_path / f"ckpt-{n}.index").write_text("")
+  (tmp_path / "ckpt-20.data-00000-of-00001").write_text("")  # data without an index: not a checkpoint
+  assert checkpoints.newest(str(tmp_path)) == str(tmp_path / "ckpt-12")
