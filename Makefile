@@ -102,3 +102,7 @@ faults: ops  ## every fault (signals to the launcher and to ranks, a stopped ran
 .PHONY: time-to-accuracy
 time-to-accuracy: ops  ## time to a held-out top-1 on Fashion-MNIST, 2 ranks: batch 64 SGD vs 1,024 (warmup, LARS, bf16) vs 4,096 by accumulation, 2 seeds; writes results/time_to_accuracy.{md,json,png} (ARGS="--quick --only=a --seeds=0 --out_dir=/tmp/tta": a smoke run)
 	$(PY) -m bench.time_to_accuracy $(ARGS)
+
+.PHONY: plan
+plan:  ## ranks and global batch to a target soonest, from the noise scale and the exchange's cost (default ResNet-50 on Jia et al.'s P40 cluster; ARGS="--summary=runs/x/summary.json --b_simple=N"); writes results/plan_*.{md,json,png}
+	$(PY) -m bench.plan $(or $(ARGS),--workload=resnet50-imagenet)

@@ -1,0 +1,114 @@
+"""`python -m bench.plan`: the command line of the planner (bench/plan/__init__.py says what it does)."""
+import argparse
+import json
+import os
+import re
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, REPO)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # the plan builds the model for its gradient shapes
+
+from bench import plan  # noqa: E402
+from bench.plan import exchange, predict, report, workload as workloads  # noqa: E402
+
+RESULTS = os.path.join(REPO, "results")
+
+
+def numbers(text: str, flag: str, parser) -> list[int]:
+  """The positive integers of a comma-separated flag value; the parser's error naming the flag otherwise."""
+  try:
+    values = [int(x) for x in text.split(",") if x]
+  except ValueError:
+    values = []
+  if not values or min(values) < 1:
+    parser.error(f"{flag}={text}: pass positive integers separated by commas, e.g. {flag}=16,32,64")
+  return values
+
+
+def parse_args(argv=None):
+  parser = argparse.ArgumentParser(prog="python -m bench.plan", description=plan.__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  source = parser.add_mutually_exclusive_group(required=True)
+  source.add_argument("--summary", help="a run's summary.json (train.py writes it into --model_dir)")
+  source.add_argument("--workload", choices=sorted(workloads.WORKLOADS), help="a workload stated from the papers")
+  parser.add_argument("--b_simple", type=float, help="the noise scale B_simple in images (overrides or supplies it)")
+  parser.add_argument("--ratio", type=float, default=1.0, help="B_crit / B_simple (default 1)")
+  parser.add_argument("--cluster", choices=sorted(exchange.CLUSTERS), default="p40",
+                      help="a stated cluster (default p40: Jia et al.'s)")
+  parser.add_argument("--cost_model", help="price the exchange by comm/cost_model.py instead: "
+                      "'ALPHA_INTRA_US,GBPS_INTRA,ALPHA_INTER_US,GBPS_INTER[,FLAT]' (as --hybrid_cost)")
+  parser.add_argument("--ranks_per_node", type=int, default=8, help="with --cost_model: ranks a node (default 8)")
+  parser.add_argument("--images_per_sec", type=float,
+                      help="one rank's images/s on the planned cluster (default: the workload's)")
+  parser.add_argument("--per_rank_batches", help="per-rank batches to plan (default: 1, 2 and 4 times the run's)")
+  parser.add_argument("--accumulation", default="1,4", help="accumulation steps to plan (default 1,4)")
+  parser.add_argument("--max_ranks", type=int, default=2048, help="ranks 1, 2, 4, ... up to this (default 2,048)")
+  parser.add_argument("--max_epochs", type=float,
+                      help="also say the largest global batch that reaches the target within this many epochs")
+  parser.add_argument("--no_overlap", action="store_true", help="the exchange starts after backprop")
+  parser.add_argument("--name", help="results/plan_NAME.{md,json,png} (default: workload_cluster)")
+  parser.add_argument("--out_dir", default=RESULTS, help="where the plan goes (default: results/)")
+  args = parser.parse_args(argv)
+  for flag in ("b_simple", "ratio", "images_per_sec", "max_epochs"):
+    value = getattr(args, flag)
+    if value is not None and value <= 0:
+      parser.error(f"--{flag}={value} must be positive")
+  if args.max_ranks < 1 or args.ranks_per_node < 1:
+    parser.error("--max_ranks and --ranks_per_node must be positive")
+  return parser, args
+
+
+def load(parser, args) -> workloads.Workload:
+  """The workload of --summary or --workload, with --b_simple applied."""
+  if args.workload:
+    return workloads.with_b_simple(workloads.WORKLOADS[args.workload], args.b_simple)
+  try:
+    with open(args.summary) as fh:
+      summary = json.load(fh)
+    return workloads.from_summary(summary, args.b_simple)
+  except (OSError, json.JSONDecodeError) as e:
+    parser.error(f"--summary={args.summary}: {e}")
+  except KeyError as e:
+    parser.error(f"--summary={args.summary}: no {e} key; pass a summary.json that train.py wrote")
+  except ValueError as e:
+    parser.error(f"--summary={args.summary}: {e}")
+
+
+def main(argv=None) -> None:
+  parser, args = parse_args(argv)
+  work = load(parser, args)
+  try:
+    cluster = (exchange.cost_model_cluster(args.cost_model, args.ranks_per_node) if args.cost_model
+               else exchange.CLUSTERS[args.cluster])
+  except ValueError:
+    parser.error(f"--cost_model={args.cost_model}: pass 'ALPHA_INTRA_US,GBPS_INTRA,ALPHA_INTER_US,GBPS_INTER', "
+                 "e.g. 5,10,10,12.5")
+  # Not below the run's per-rank batch by default: its images/s were measured there, and a GPU
+  # computes a smaller batch at fewer images/s, which the plan (one speed per rank) would miss.
+  b0 = work.per_rank_batch
+  per_rank = (numbers(args.per_rank_batches, "--per_rank_batches", parser) if args.per_rank_batches
+              else [b0, 2 * b0, 4 * b0])
+  accumulations = numbers(args.accumulation, "--accumulation", parser)
+  ranks = [2 ** k for k in range(args.max_ranks.bit_length())
+           if 2 ** k <= cluster.ranks_per_node or 2 ** k % cluster.ranks_per_node == 0]
+  info = workloads.INFO[work.dataset]
+  try:
+    sizes = exchange.buckets(exchange.tensor_bytes(work.model, info.num_classes, info.image_shape))
+  except KeyError:
+    parser.error(f"model {work.model!r} is not one train.py builds (models.MODELS): its gradients are unknown")
+  speed = args.images_per_sec or work.images_per_sec
+  points = predict.grid(work, cluster, sizes, ranks, per_rank, accumulations, speed, args.ratio, not args.no_overlap)
+  if not points:
+    parser.error(f"no global batch fits in one epoch of {work.train_images:,} images; lower --per_rank_batches")
+  where = "cost-model" if args.cost_model else cluster.name
+  name = args.name or re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{work.name}_{where}")
+  shown = " ".join(["python -m bench.plan", *(argv if argv is not None else sys.argv[1:])])
+  settings = {"name": name, "ratio": args.ratio, "images_per_sec": speed, "overlap": not args.no_overlap,
+              "max_epochs": args.max_epochs, "per_rank_batches": per_rank, "accumulation": accumulations,
+              "ranks": ranks, "command": shown}
+  print(report.write(work, cluster, points, settings, args.out_dir))
+
+
+if __name__ == "__main__":
+  main()
