@@ -8,22 +8,21 @@ plan (input/sharding.py: this rank's runs of files for the epoch) -> parallel
 interleave of the files -> shuffle buffer of encoded records -> parallel map of
 parse + decode-and-crop + resize + flip + normalise -> batch (drop_remainder
 in training) -> label check -> prefetch (to the GPU when there is one). Bad
-input is looked for only when a batch fails (Diagnosed), or, with
---skip_corrupt, in every example, to drop it. Every parallel stage
+input is looked for only when a batch fails, or, with --skip_corrupt, in every
+example, to drop it (input/damage.py). Every parallel stage
 is AUTOTUNE inside a private thread pool of the cores this rank may use
 (World.threads_per_rank), so the ranks of a node do not oversubscribe it.
 """
 import abc
 import dataclasses
 import functools
-import sys
 
 import numpy as np
 import tensorflow as tf
 
 from comm.topology import World
 from flags.config import DataConfig, DatasetInfo, Source
-from input import digits, fashion_mnist, preprocessing, records, sharding, sources
+from input import damage, digits, fashion_mnist, preprocessing, records, sharding, sources
 from progress import emit
 
 
@@ -36,7 +35,7 @@ class Input(abc.ABC):
   rank: steps [first_step, steps_per_epoch) of the epoch, at most `count` of
   them; eval() -> this rank's share of the held-out split,
   every example exactly once across ranks, or None when there is none. Both
-  iterate Diagnosed datasets (a failure names the bad record) unless
+  iterate damage.Diagnosed datasets (a failure names the bad record) unless
   --skip_corrupt.
   """
 
@@ -180,87 +179,6 @@ def _tfds_parser(source: sources.Scanned):
   return parse
 
 
-def _skipping(prepare, blank, num_classes: int, skipped: tf.Variable):
-  """--skip_corrupt: prepare(encoded, boxes, seed) of the examples that pass the
-  bad-input checks (a damaged image, input/preprocessing.looks_complete, or a
-  label outside 0..num_classes-1); the rest are counted on stderr and flagged
-  for the caller to drop (ok = False)."""
-  def fn(encoded, label, boxes, where, seed):
-    ok = preprocessing.looks_complete(encoded) & (label >= 0) & (label < num_classes)
-    report = tf.cond(ok, lambda: tf.constant(0, tf.int64), lambda: skipped.assign_add(1))
-    note = tf.cond(ok, tf.no_op, lambda: tf.print(tf.strings.join([
-        "input: skipped ", where, f" (damaged image, or label outside 0..{num_classes - 1}); ",
-        tf.strings.as_string(report), " skipped on this rank so far (--skip_corrupt)"]),
-        output_stream=sys.stderr))
-    with tf.control_dependencies([note]):
-      image = tf.cond(ok, lambda: prepare(encoded, boxes, seed), lambda: blank)
-    return image, label, ok
-  return fn
-
-
-def _labels_in_range(num_classes: int):
-  """Batch map: stop on a label outside 0..num_classes-1 (one check per batch;
-  the Diagnosed iterator then names the record)."""
-  def fn(images, labels):
-    ok = tf.reduce_all((labels >= 0) & (labels < num_classes))
-    with tf.control_dependencies([tf.debugging.Assert(ok, [f"input: label outside 0..{num_classes - 1}"])]):
-      return images, tf.identity(labels)
-  return fn
-
-
-class Diagnosed:
-  """Batches of a dataset; when reading or preparing one fails, the error names
-  the file (and record) behind it.
-
-  Checking every example as it passes cost 5% of bench-input (and the names,
-  carried along, 1%), so the fast path checks nothing per example: a failure
-  surfaces at its own batch (deterministic order), and only then does
-  `find(position)` look again at that batch's examples, by name and one at a
-  time, or at the files themselves when the reading failed (a TFRecord CRC).
-  """
-
-  def __init__(self, dataset, find, first_position: int, batch_size: int):
-    self.dataset, self.find, self.first, self.batch_size = dataset, find, first_position, batch_size
-
-  def __iter__(self):
-    done = 0
-    try:
-      for item in self.dataset:
-        yield item
-        done += 1
-    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
-      emit(f"input: a batch failed ({_first_line(error)}); looking for the damaged file")
-      found = self.find(self.first + done * self.batch_size, self.batch_size)
-      if found is None:
-        raise
-      raise tf.errors.InvalidArgumentError(
-          None, None, f"input: {found}; replace the file, or pass --skip_corrupt to skip it") from error
-
-
-def _first_line(error) -> str:
-  return (getattr(error, "message", None) or str(error)).strip().splitlines()[0][:200]
-
-
-def _find_damage(named, files, start: int, count: int, check) -> str | None:
-  """'<where> <what is wrong>' of the first bad example among positions
-  [start, start + count) of `named` (enumerated (encoded, label, boxes, where)),
-  or of the first unreadable file among `files` when reading itself fails."""
-  try:
-    for i, (encoded, label, boxes, where) in named.skip(start).take(count):
-      problem = check(encoded, label, boxes, i)
-      if problem:
-        return f"{where.numpy().decode()} {problem}"
-  except (tf.errors.InvalidArgumentError, tf.errors.DataLossError):
-    pass  # the records themselves are damaged: find the file
-  for path in files:
-    try:
-      for _ in tf.data.TFRecordDataset(path, buffer_size=1 << 20):
-        pass
-    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
-      return f"{path} is a damaged record file ({_first_line(error)})"
-  return None
-
-
 class _Files(Input):
   """The Input of a data set in files (digits, imagenet, folder, tfds): this
   rank's share of each epoch's shuffle, and of the held-out split."""
@@ -387,8 +305,8 @@ class _Files(Input):
       # and writes each image straight into its batch, one copy and one stage fewer;
       # a parallel batch is not fused (bench-input: 1,065-1,107 -> 1,112-1,144 images/s).
       ds = ds.batch(batch, drop_remainder=drop)
-      return ds.map(_labels_in_range(num_classes))
-    check = _skipping(prepare, self.blank, num_classes, self.skipped)
+      return ds.map(damage.labels_in_range(num_classes))
+    check = damage.skipping(prepare, self.blank, num_classes, self.skipped)
     ds = ds.map(lambda i, ex: check(*ex, _seed_of(base_seed, i)), num_parallel_calls=tf.data.AUTOTUNE,
                 deterministic=True)
     # What looks_complete cannot see (a bit flip inside the data) still fails
@@ -407,7 +325,7 @@ class _Files(Input):
     files = [] if self.source.source is Source.FOLDER else [
         split.files[f] for f in dict.fromkeys(f for f, *_ in runs)]
     check = functools.partial(self._problem, prepare, base_seed)  # (encoded, label, boxes, i) -> problem
-    return Diagnosed(ds, lambda start, count: _find_damage(named_examples(), files, start, count, check),
+    return damage.Diagnosed(ds, lambda start, count: damage.find(named_examples(), files, start, count, check),
                      first, batch)
 
   def _problem(self, prepare, base_seed, encoded, label, boxes, i) -> str | None:
@@ -420,7 +338,7 @@ class _Files(Input):
     try:
       prepare(encoded, boxes, _seed_of(base_seed, i))
     except tf.errors.InvalidArgumentError as error:
-      return f"cannot be decoded ({_first_line(error)})"
+      return f"cannot be decoded ({damage.first_line(error)})"
     return None
 
 
