@@ -26,7 +26,6 @@ final_top5, final_loss, images_per_sec, ranks, global_batch, time_to_target_seco
 """
 import json
 import os
-import signal
 import sys
 import time
 
@@ -76,33 +75,79 @@ def main(argv):
   the wait, the survivor's exit 5 came first); Gloo's horovodrun SIGKILLs 5 s after its SIGTERM.
   os._exit: Horovod's exit-time shutdown would wait on the dead peer's transport.
   """
+  if len(argv) > 1:
+    fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value (see --helpfull).")
   # A signal from here on asks for a stop after the step it arrives in
   # (training/signals.py): a preempted or cancelled job keeps its progress.
   stop_request = signals.StopRequest()
   stop_request.install()
   try:
-    train(argv, stop_request)
+    train(stop_request)
   except Exception as e:  # noqa: BLE001  (anything else is re-raised with its traceback)
     reason = sync.peer_failure(e)
     if reason is None:
       raise
-    deadline = time.time() + PEER_GRACE_SECONDS
-    while not stop_request.code and time.time() < deadline:  # the launcher's SIGTERM ends the wait
-      time.sleep(0.05)
-    newest = checkpoints.newest(FLAGS.model_dir) if FLAGS.model_dir else None
-    emit(f"error: a collective failed: another rank died or became unreachable "
-         f"({reason.split('. ')[0][:100]}); this rank stops too (exit {outcome.PEER_LOST}); "
-         f"look for the first rank that ended in the launcher's output; resume with the same command "
-         f"(newest checkpoint {newest or 'none'})")
+    stop_request.wait(PEER_GRACE_SECONDS)  # the launcher's SIGTERM ends the wait
+    emit(report.peer_lost_line(reason, checkpoints.newest(FLAGS.model_dir) if FLAGS.model_dir else None))
     sys.stdout.flush()
     os._exit(outcome.PEER_LOST)
 
 
-def train(argv, stop_request: signals.StopRequest):
-  if len(argv) > 1:
-    fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value (see --helpfull).")
+def train(stop_request: signals.StopRequest):
+  """The run, section by section below: every rank runs the same sequence."""
+  world, config, mode, scanned, watchdog = setup()
+  log = mode.log  # lines on rank 0 (--elastic: rank 0 of the world of the moment)
+  data = input_for(config, world, mode, scanned)
+  model, optimizer, loss_scale = model_and_optimizer(config, data.info, log)
+  step_var, saver = restore(config, world, mode, model, optimizer, data)
+  variables = model.variables + optimizer.variables + [step_var]
+  mode.start(variables)
+  watchdog.progress(int(step_var), "setup", timed=False)
+  eval_step = step_lib.make_eval_step(model)
+  writers = {}  # rank 0's TensorBoard writer, made once
 
-  # ---------------------------------------------------------------- setup --
+  # ---------------------------------------------------------- step, loop --
+  def run_world(world, config, data, course) -> modes.WorldRun:
+    """The loop in this world (--elastic: again in each new one) with its LR schedule, exchange and step."""
+    if world.is_chief:
+      saver.writer()
+      writers.setdefault("tb", tf.summary.create_file_writer(os.path.join(config.run.model_dir, "tb")))
+    spe = data.steps_per_epoch
+    schedule = schedules.for_run(config.optim, config.data.global_batch, config.run.epochs, spe)
+    log("%s", schedules.describe(schedule, config.optim.optimizer, config.optim.base_lr, config.data.global_batch))
+    exchange = make_gradient_exchange(hvd, config.comm, world, log)  # hybrid probes the links here
+    # The step users run and the benchmarks time (training/step.py): with --accumulation_steps=K, K
+    # micro-batches per rank, then one exchange (the one place gradients cross ranks) and one update.
+    train_step = step_lib.make_train_step(model, optimizer, exchange, loss_scale, data.info.num_classes,
+                                          config.optim.label_smoothing, agree=sync.agree_max(hvd),
+                                          accumulation_steps=config.data.accumulation_steps)
+    progress = Progress(world.is_chief, config.data.global_batch, config.data.step_batch, course.nominal_step(spe),
+                        course.last_step(spe), spe, config.run.log_every, writers.get("tb") if world.is_chief else None)
+    log("training steps %d..%d (%d per epoch, %.1f epochs)", course.nominal_step(spe), course.last_step(spe),
+        spe, course.last_step(spe) / spe)
+    # Horovod: one allreduce of the sums [loss, top-1 hits, top-5 hits, count] over ranks.
+    evaluate = evaluation.evaluator(eval_step, data, lambda sums: hvd.allreduce(sums, op=hvd.Sum, name="eval_totals"))
+    loop = Loop(course, data, step_lib.host_step(train_step), evaluate, save=lambda s: saver.save(s, course.position),
+                schedule=schedule, stop_code=lambda: stop_request.code, policy=Policy.of(config),
+                clock=lambda: time.time() - START,
+                hooks=[hooks.StepVariable(step_var), hooks.Watching(watchdog), hooks.Reporting(progress)])
+    return modes.WorldRun(world, config, loop.run(), exchange.plan, progress.images_per_sec())
+
+  def rebuild(world):  # --elastic: a new world's config (the global batch follows the policy) and input
+    new = flags.build_config(FLAGS, world)
+    return new, input_for(new, world, mode, scanned)
+
+  try:
+    result = mode.run(run_world, config, data, int(step_var), saver=saver, rebuild=rebuild,
+                      variables=variables + [loss_scale.scale, loss_scale.good_steps])
+  except (flags.ConfigError, checkpoints.CheckpointError, NoProgress) as e:  # the checkpoints stay intact
+    fail(str(e))
+  finish(result, model, saver, watchdog, stop_request, mode, data.info)
+
+
+# ------------------------------------------------------------------ setup --
+def setup():
+  """Horovod, the validated config, the mode, the paths and the watchdog, before any expensive work."""
   watchdog_lib.horovod_stall_defaults(FLAGS.stall_timeout)
   # Horovod: initialise once (comm.init); everything below knows its rank and
   # node from `world`, validated against --ranks_per_node on every rank.
@@ -113,7 +158,6 @@ def train(argv, stop_request: signals.StopRequest):
     fail(str(e))
   logging.set_verbosity(logging.WARNING)  # TensorFlow's INFO chatter (one per checkpoint save) off
   mode = modes.of(config, hvd, world)  # fixed or elastic: the one place --elastic is read
-  log = mode.log  # our lines on rank 0 only (--elastic: rank 0 of the world of the moment)
   threads = config.run.threads or world.threads_per_rank()
   tf.config.threading.set_intra_op_parallelism_threads(threads)
   tf.config.threading.set_inter_op_parallelism_threads(2)
@@ -123,128 +167,83 @@ def train(argv, stop_request: signals.StopRequest):
   if problem:
     fail(problem)
   # A rank that stops making progress ends the job with a line naming it (training/watchdog.py).
-  watchdog = watchdog_lib.Watchdog(world.rank, world.size, mode.stall_timeout(config.faults.stall_timeout),
-                                   watchdog_lib.fresh_heartbeats(config.run.model_dir, world.is_chief),
-                                   newest_checkpoint=lambda: checkpoints.newest(config.run.model_dir))
-  watchdog.start()
-  log("ranks %d (%d per node, %d nodes), %d threads per rank; batch %d per rank%s, global %d",
-      world.size, world.local_size, world.cross_size, threads, config.data.batch_size,
-      f" x {config.data.accumulation_steps} accumulation steps" if config.data.accumulation_steps > 1 else "",
-      config.data.global_batch)
-
-  # ---------------------------------------------------------------- input --
-  mode.prepare_input(config.data)
+  watchdog = watchdog_lib.Watchdog.started(world, config.run.model_dir, mode.stall_timeout(config.faults.stall_timeout),
+                                           newest_checkpoint=lambda: checkpoints.newest(config.run.model_dir))
+  mode.log("ranks %d (%d per node, %d nodes), %d threads per rank; batch %d per rank%s, global %d",
+           world.size, world.local_size, world.cross_size, threads, config.data.batch_size,
+           f" x {config.data.accumulation_steps} accumulation steps" if config.data.accumulation_steps > 1 else "",
+           config.data.global_batch)
+  mode.prepare_input(config.data)  # digits/fashion_mnist written once, before anyone reads
   watchdog.progress(0, "setup", timed=False)
-  # Images leave the pipeline in the model's compute dtype (half the bytes in bf16/fp16).
-  compute_dtype = keras.mixed_precision.Policy(precision.POLICIES[config.optim.precision]).compute_dtype
+  return world, config, mode, scanned, watchdog
 
-  def input_for(config, world):
-    return pipeline.build(config.data, world, config.run.seed, dtype=compute_dtype, scanned=scanned,
-                          elastic=mode.elastic_input)
-  data = input_for(config, world)
 
-  # ---------------------------------------------------------------- model --
+# ------------------------------------------------------------------ input --
+def input_for(config, world, mode, scanned):
+  """This rank's input; images leave it in the model's compute dtype (half the bytes in bf16/fp16)."""
+  dtype = keras.mixed_precision.Policy(precision.POLICIES[config.optim.precision]).compute_dtype
+  return pipeline.build(config.data, world, config.run.seed, dtype=dtype, scanned=scanned, elastic=mode.elastic_input)
+
+
+# ------------------------------------------------------- model, optimizer --
+def model_and_optimizer(config, info, log):
+  """The network for the data's classes and image shape, its optimizer and the loss scale."""
   keras.utils.set_random_seed(config.run.seed)
   # Mixed precision (Jia et al.): layers compute in bf16/fp16, variables stay
   # fp32 master weights; the logits layer and BatchNorm statistics stay fp32.
   keras.mixed_precision.set_global_policy(precision.POLICIES[config.optim.precision])
-  info = data.info  # classes and image shape as found in --data_dir
   model = build_model(config.model.name, info.num_classes, info.image_shape,
-                      zero_init_residual=config.model.zero_init_residual)
+                       zero_init_residual=config.model.zero_init_residual)
   log("model %s: %s trainable parameters, precision %s", config.model.name,
       f"{sum(int(tf.size(v)) for v in model.trainable_variables):,}", config.optim.precision)
   slow = None if tf.config.list_physical_devices("GPU") else precision.slow_on_cpu(
       config.optim.precision, precision.cpu_flags())
   if slow:  # a choice the user may have made for a GPU or an AMX machine: said, not refused
     log("warning: %s", slow)
-
-  # ------------------------------------------------------------ optimizer --
   optimizer = build_optimizer(config.optim, model.trainable_variables)
-  loss_scale = precision.for_precision(config.optim.precision)  # identity unless fp16
+  return model, optimizer, precision.for_precision(config.optim.precision)  # loss scale: identity unless fp16
 
-  # ----------------------------------------------------------- checkpoint --
-  # The step lives in the checkpoint, so a restarted run continues the same LR schedule and the
-  # same data order. Rank 0 restores, then the mode shares it. training/saving.py: every save
-  # agrees on finite weights first; training/checkpoints.py: saves are atomic, a damaged newest
-  # checkpoint is set aside for the one before it.
+
+# ------------------------------------------------------------- checkpoint --
+def restore(config, world, mode, model, optimizer, data):
+  """The step variable and the saver, after rank 0 restored the newest checkpoint (if any).
+
+  The step lives in the checkpoint, so a restarted run continues the same LR schedule and the
+  same data order; the mode then shares rank 0's state. training/saving.py: every save agrees
+  on finite weights first; training/checkpoints.py: saves are atomic, a damaged newest
+  checkpoint is set aside for the one before it.
+  """
   step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
   checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
   floating = [v for v in model.variables + optimizer.variables if tf.as_dtype(v.dtype).is_floating]
-  saver = Saver(checkpoint, config.run.model_dir, config.run.keep_checkpoints, log, floating,
+  saver = Saver(checkpoint, config.run.model_dir, config.run.keep_checkpoints, mode.log, floating,
                 any_rank=lambda flag: sync.any_rank(hvd, flag, "nonfinite_state"))
   if world.is_chief:
     try:
       if saver.writer().restore_newest() is not None:
-        log("resumed from %s at step %d", saver.newest, int(step_var))
+        mode.log("resumed from %s at step %d", saver.newest, int(step_var))
         mode.restored(config.run.model_dir, int(step_var), data.steps_per_epoch)
     except checkpoints.CheckpointError as e:
       fail(str(e))
     write_json_atomic(os.path.join(config.run.model_dir, flags.CONFIG_FILE),
                       {"identity": flags.checkpoint_identity(config), "config": config.to_json()})
-  variables = model.variables + optimizer.variables + [step_var]
-  mode.start(variables)
-  watchdog.progress(int(step_var), "setup", timed=False)
-  eval_step = step_lib.make_eval_step(model)
-  writers = {}  # rank 0's TensorBoard writer, made by the first world this process is rank 0 in
+  return step_var, saver
 
-  # ----------------------------------------------------------------- step --
-  def run_world(world, config, data, course) -> modes.WorldRun:
-    """The loop in this world (--elastic: again in each new one) with its LR schedule, exchange and step."""
-    if world.is_chief:
-      saver.writer()
-      writers.setdefault("tb", tf.summary.create_file_writer(os.path.join(config.run.model_dir, "tb")))
-    spe = data.steps_per_epoch
-    schedule = schedules.for_run(config.optim, config.data.global_batch, config.run.epochs, spe)
-    log("%s", schedules.describe(schedule, config.optim.optimizer, config.optim.base_lr, config.data.global_batch))
-    exchange = make_gradient_exchange(hvd, config.comm, world, log)  # hybrid probes the links here
-    # The step users run, and the benchmarks time (training/step.py): with --accumulation_steps=K,
-    # K micro-batches per rank, then one exchange and one update.
-    train_step = step_lib.make_train_step(model, optimizer, exchange, loss_scale, data.info.num_classes,
-                                          config.optim.label_smoothing, agree=sync.agree_max(hvd),
-                                          accumulation_steps=config.data.accumulation_steps)
-    progress = Progress(world.is_chief, config.data.global_batch, config.data.step_batch,
-                        course.nominal_step(spe), course.last_step(spe), spe, config.run.log_every,
-                        writers.get("tb") if world.is_chief else None)
-    log("training steps %d..%d (%d per epoch, %.1f epochs)", course.nominal_step(spe), course.last_step(spe),
-        spe, course.last_step(spe) / spe)
-    # Horovod: one allreduce of the sums [loss, top-1 hits, top-5 hits, count] over ranks.
-    evaluate = evaluation.evaluator(eval_step, data, lambda sums: hvd.allreduce(sums, op=hvd.Sum, name="eval_totals"))
-    loop = Loop(course, data,
-                train_step=lambda images, labels, lr, stop: train_step(images, labels, tf.constant(lr, tf.float32),
-                                                                       tf.constant(stop, tf.int32)),
-                evaluate=evaluate, save=lambda step: saver.save(step, course.position), schedule=schedule,
-                stop_code=lambda: stop_request.code, policy=Policy.of(config), clock=lambda: time.time() - START,
-                hooks=[hooks.StepVariable(step_var), hooks.Watching(watchdog), hooks.Reporting(progress)])
-    return modes.WorldRun(world, config, loop.run(), exchange.plan, progress.images_per_sec())
 
-  # ----------------------------------------------------------------- loop --
-  def rebuild(world):
-    """--elastic: a new world's config (the global batch follows the policy) and input."""
-    try:
-      new = flags.build_config(FLAGS, world)  # --global_batch_size that no longer divides: ends here
-    except flags.ConfigError as e:
-      fail(f"the world changed to {world.size} ranks: {e}")
-    return new, input_for(new, world)
-
-  try:
-    result = mode.run(run_world, config, data, int(step_var), saver=saver, rebuild=rebuild,
-                      variables=variables + [loss_scale.scale, loss_scale.good_steps])
-  except (checkpoints.CheckpointError, NoProgress) as e:  # a full disk, data gone: the checkpoints are intact
-    fail(str(e))
+# ---------------------------------------------------------- summary, export --
+def finish(result: modes.WorldRun, model, saver, watchdog, stop_request, mode, info):
+  """summary.json, the SavedModel and the last lines on rank 0; every rank exits with the run's status."""
   ending, world, config = result.ending, result.world, result.config
-
-  # -------------------------------------------------------------- summary --
   identical = sync.replicas_identical(hvd, model.trainable_variables)
   if not identical:
     logging.warning("ranks hold different weights after training: a rank diverged")
   summary = report.summary(ending, config, world, info.name, plan=result.plan, images_per_sec=result.images_per_sec,
                            identical=identical, wall_seconds=time.time() - START, extra=mode.summary_keys())
-  # -------------------------------------------------------------- export --
   # A model users can serve: rank 0's weights (identical everywhere) with the evaluation
   # preprocessing inside (training/export.py); not for a stopped or diverged run.
   if world.is_chief and config.run.export and ending.status in (outcome.OK, outcome.TARGET_REACHED):
     if config.data.source is Source.SYNTHETIC:
-      log("export skipped: synthetic batches have no image format to serve")
+      mode.log("export skipped: synthetic batches have no image format to serve")
     else:
       watchdog.mark("export")  # tracing the serving function: first-time work, the start-up allowance
       summary["export"] = export.export(model, info, config.run.model_dir)
@@ -256,15 +255,7 @@ def train(argv, stop_request: signals.StopRequest):
     emit(json.dumps(summary), sys.stdout)
   watchdog.close()
   stop_request.close()
-  status = outcome.exit_status(ending.status)  # a target reached is a success
-  if status != outcome.OK:
-    # Leave together: with mpirun or Gloo's horovodrun, the first rank to exit
-    # non-zero makes the launcher kill the rest, which must not catch rank 0
-    # before its checkpoint and summary are written.
-    sync.barrier(hvd, "exit")
-    for sig in signals.STOP_SIGNALS:  # the launcher's clean-up signal is no longer a request
-      signal.signal(sig, signal.SIG_IGN)
-    sys.exit(status)
+  signals.leave(outcome.exit_status(ending.status), together=lambda: sync.barrier(hvd, "exit"))
 
 
 if __name__ == "__main__":

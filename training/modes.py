@@ -20,6 +20,7 @@ import statistics
 
 import comm
 from comm import sync
+from flags.config import ConfigError
 from input import pipeline
 from progress import logger
 from training import checkpoints, course as course_lib, elastic
@@ -114,7 +115,10 @@ class Elastic(Fixed):
       now = comm.world(self.hvd, self.ranks_per_node)
       if now not in built:
         built.clear()
-        built[now] = rebuild(now)
+        try:
+          built[now] = rebuild(now)
+        except ConfigError as e:  # --global_batch_size that no longer divides: the run ends here
+          raise ConfigError(f"the world changed to {now.size} ranks: {e}") from None
       config_now, data_now = built[now]
       self.world = now  # rank 0 of this world logs and writes
       self._joined(state, now, config_now)

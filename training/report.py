@@ -28,6 +28,13 @@ def divergence_line(cause: str, step: int, lr: float, skipped: int, newest: str 
           f"lower --base_lr or lengthen --warmup_epochs (exit {outcome.DIVERGED})")
 
 
+def peer_lost_line(reason: str, newest: str | None) -> str:
+  """The line of a rank whose collective failed under it (comm.sync.peer_failure's reason)."""
+  return (f"error: a collective failed: another rank died or became unreachable ({reason.split('. ')[0][:100]}); "
+          f"this rank stops too (exit {outcome.PEER_LOST}); look for the first rank that ended in the launcher's "
+          f"output; resume with the same command (newest checkpoint {newest or 'none'})")
+
+
 def final_line(ending: loop.Ending, reason: str, newest: str | None, targets) -> str | None:
   """The line before the summary: why it stopped or diverged, or (with a target) whether the
   target was reached; None for a plain finished run. targets: the run's EvalConfig."""

@@ -21,7 +21,9 @@ and asks for a stop when either goes away.
 """
 import os
 import signal
+import sys
 import threading
+import time
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
 LAUNCHER_GONE = int(signal.SIGHUP)  # the code a vanished launcher reports: a hang-up
@@ -33,6 +35,18 @@ def name(code: int) -> str:
     return signal.Signals(code).name
   except ValueError:
     return f"signal {code}"
+
+
+def leave(status: int, together) -> None:
+  """End the run with this exit status (0: return). together() returns once every rank calls
+  it: with mpirun or Gloo's horovodrun, the first rank to exit non-zero makes the launcher kill
+  the rest, which must not catch rank 0 before its checkpoint and summary are written."""
+  if status == 0:
+    return
+  together()
+  for sig in STOP_SIGNALS:  # the launcher's clean-up signal is no longer a request
+    signal.signal(sig, signal.SIG_IGN)
+  sys.exit(status)
 
 
 def _parent_of(pid: int) -> int | None:
@@ -74,6 +88,12 @@ class StopRequest:
   def request(self, code: int, reason: str) -> None:
     if not self.code:
       self.code, self.reason = code, reason
+
+  def wait(self, seconds: float) -> None:
+    """Return once a request arrives, or after `seconds`."""
+    deadline = time.time() + seconds
+    while not self.code and time.time() < deadline:
+      time.sleep(0.05)
 
   def close(self) -> None:
     """Stop the launcher watch (the run is over: its exit is no longer a stop request)."""

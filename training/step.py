@@ -105,6 +105,12 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
   return train_step
 
 
+def host_step(train_step):
+  """train_step as the loop calls it (training/loop.py): the LR a Python float, the stop code an int."""
+  return lambda images, labels, lr, stop: train_step(images, labels, tf.constant(lr, tf.float32),
+                                                     tf.constant(stop, tf.int32))
+
+
 def make_eval_step(model):
   """A tf.function eval_step(images, labels) -> float32 (4,): [loss sum, top-1 hits, top-5 hits, count].
 

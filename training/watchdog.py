@@ -55,14 +55,6 @@ def horovod_stall_defaults(stall_timeout: float) -> None:
     os.environ.setdefault("HOROVOD_STALL_CHECK_TIME_SECONDS", str(int(max(5, min(60, stall_timeout / 2)))))
 
 
-def fresh_heartbeats(model_dir: str, is_chief: bool) -> str:
-  """<model_dir>/heartbeats, emptied by rank 0: a previous run's would name ranks of another job."""
-  directory = os.path.join(model_dir, "heartbeats")
-  if is_chief:
-    shutil.rmtree(directory, ignore_errors=True)
-  return directory
-
-
 def stall_limit(floor_seconds: float, step_seconds: list[float], first_time: bool) -> float:
   """Seconds without progress that count as a hang (pure; see the module docstring).
 
@@ -121,6 +113,17 @@ class Watchdog:
     self._step_seconds: list[float] = []
     self._done = threading.Event()
     self._thread = threading.Thread(target=self._run, name="watchdog", daemon=True)
+
+  @classmethod
+  def started(cls, world, model_dir: str, floor_seconds: float, newest_checkpoint) -> "Watchdog":
+    """This rank's watchdog, running, its heartbeats in <model_dir>/heartbeats (rank 0 empties it
+    first: a previous run's would name ranks of another job)."""
+    directory = os.path.join(model_dir, "heartbeats")
+    if world.is_chief:
+      shutil.rmtree(directory, ignore_errors=True)
+    dog = cls(world.rank, world.size, floor_seconds, directory, newest_checkpoint=newest_checkpoint)
+    dog.start()
+    return dog
 
   def start(self) -> None:
     if self.floor > 0:
