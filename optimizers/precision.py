@@ -22,11 +22,42 @@ import tensorflow as tf
 
 POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
-# The /proc/cpuinfo flags of the x86 instructions oneDNN computes bf16 / fp16 with. Without
-# them TensorFlow converts each element to fp32 and back: ResNet-8 at 28x28, batch 512, one
-# process on an AMD EPYC with AVX2 only trained 91 images/s in bf16 against 538 in fp32
-# (2026-12-01); with AMX-BF16, ResNet-50 at 224 ran 1.36x faster in bf16 (docs/recipe.md).
-NATIVE_CPU_FLAGS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
+# Where bf16 / fp16 train faster than fp32 on a CPU, by the /proc/cpuinfo flags of the x86
+# instructions oneDNN computes them with. Measured, one process (docs/recipe.md):
+#   amx_bf16 (a Xeon with AMX-BF16): ResNet-50, 224x224, batch 32: 4.4 images/s fp32, 6.0 bf16 (1.36x);
+#   avx512_bf16 without amx_bf16 (a Xeon with AVX512-BF16, no AMX): the same run, 4.2-4.3 fp32 and
+#     3.0-3.1 bf16 (0.72x, slower);
+#   neither (an AVX2-only AMD EPYC, 2026-12-01): ResNet-8, 28x28, batch 512: 538 fp32, 91 bf16 (0.17x),
+#     TensorFlow converting every element to fp32 and back.
+# So only the matrix unit (AMX) counts as fast. fp16 was measured on no CPU: it gets the same rule
+# by analogy, AMX-FP16 (amx_fp16) fast, AVX512-FP16 (avx512_fp16, e.g. a Sapphire Rapids Xeon,
+# which has amx_bf16 but no amx_fp16) presumed no faster than fp32, neither (f16c only converts)
+# presumed several times slower; its warnings say that it was not measured.
+CPU_FLAGS = {"bf16": ("amx_bf16", "avx512_bf16"), "fp16": ("amx_fp16", "avx512_fp16")}  # (fast, vector only)
+
+# (precision, what the CPU has) -> (the finding: the flags and the measurement behind it, the cost)
+FINDINGS = {
+    ("bf16", "vector"): (
+        "this CPU has AVX512-BF16 but no AMX-BF16 (amx_bf16 absent from /proc/cpuinfo), and on a Xeon "
+        "with these flags ResNet-50 (224x224, batch 32, one process) trained 3.0-3.1 images/s in bf16 "
+        "against 4.2-4.3 in fp32",
+        "trains slower than fp32 (about 0.72x, measured)"),
+    ("bf16", "none"): (
+        "this CPU has no bf16 arithmetic (neither avx512_bf16 nor amx_bf16 in /proc/cpuinfo), and on "
+        "an AVX2-only AMD EPYC ResNet-8 (28x28, batch 512, one process) trained 91 images/s in bf16 "
+        "against 538 in fp32",
+        "converts every element and trains several times slower than fp32 (0.17x, measured)"),
+    ("fp16", "vector"): (
+        "this CPU has AVX512-FP16 but no AMX-FP16 (amx_fp16 absent from /proc/cpuinfo); fp16 was not "
+        "measured on such a CPU, but bf16 with the matching flags (AVX512-BF16, no AMX) trained "
+        "ResNet-50 at 0.72x fp32's images/s",
+        "is not expected to train faster than fp32 (not measured)"),
+    ("fp16", "none"): (
+        "this CPU has no fp16 arithmetic (neither avx512_fp16 nor amx_fp16 in /proc/cpuinfo; f16c only "
+        "converts); fp16 was not measured on such a CPU, but bf16 without its instructions trained "
+        "ResNet-8 at 0.17x fp32's images/s on an AVX2-only AMD EPYC",
+        "converts every element and is expected to train several times slower than fp32 (not measured)"),
+}
 
 
 def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
@@ -41,20 +72,29 @@ def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
   return frozenset()
 
 
-def cpu_lacks(precision: str, flags: frozenset[str]) -> str | None:
-  """What a CPU with these flags lacks to compute `precision`, or None (fp32, or the CPU computes
-  it natively). Unknown flags (not Linux on x86) say nothing."""
-  native = NATIVE_CPU_FLAGS.get(precision)
-  if native is None or not flags or any(f in flags for f in native):
+def _finding(precision: str, flags: frozenset[str]) -> tuple[str, str] | None:
+  """FINDINGS's (finding, cost) for a CPU with these flags, or None where `precision` is fp32, or
+  trains faster than fp32 (AMX), or the flags are unknown (not Linux on x86: nothing to say)."""
+  if precision not in CPU_FLAGS or not flags:
     return None
-  return f"this CPU has no {precision} arithmetic ({' or '.join(native)} absent from /proc/cpuinfo)"
+  fast, vector = CPU_FLAGS[precision]
+  if fast in flags:
+    return None
+  return FINDINGS[precision, "vector" if vector in flags else "none"]
+
+
+def cpu_lacks(precision: str, flags: frozenset[str]) -> str | None:
+  """What a CPU with these flags lacks for `precision` to train faster than fp32, with the
+  measurement behind it (one clause, no full stop: bench/time_to_accuracy.py quotes it), or None
+  (fp32; AMX for it; unknown flags)."""
+  found = _finding(precision, flags)
+  return found and found[0]
 
 
 def slow_on_cpu(precision: str, flags: frozenset[str]) -> str | None:
   """cpu_lacks's finding as the start-up warning: what it costs and what to pass instead."""
-  lacks = cpu_lacks(precision, flags)
-  return lacks and (f"{lacks}, so --precision={precision} converts every element and trains several times "
-                    "slower than fp32 (6x for ResNet-8 on an AVX2-only EPYC); use --precision=fp32 on it")
+  found = _finding(precision, flags)
+  return found and f"{found[0]}, so --precision={precision} {found[1]}; use --precision=fp32 on it"
 
 
 def next_state(scale, good_steps, finite, growth_interval, factor, min_scale):
