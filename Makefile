@@ -84,7 +84,7 @@ reproduce: ops  ## Goyal-style large-batch experiment on digits (batch 16 vs 256
 	$(PY) scripts/reproduce.py
 
 .PHONY: bench-input
-bench-input: ops  ## input pipeline on real ImageNet JPEGs vs the decoder limit; writes results/bench_input.{json,png}
+bench-input: ops  ## input pipeline on real JPEGs (packaged photographs; ARGS=--images_dir=../shared/data/imagenet-sample for ImageNet's) vs the decoder limit; writes results/bench_input.{json,png}
 	$(PY) -m bench.bench_input $(ARGS)
 
 .PHONY: bench-comm

@@ -339,8 +339,8 @@ def parse_args(argv=None):
 
 
 def slow_precisions(keys, flags=None) -> dict:
-  """{key: why} for the configurations of keys whose precision this CPU does not compute natively
-  (optimizers/precision.cpu_lacks): they run their first seed only. On an AVX2-only CPU (bf16
+  """{key: why} for the configurations of keys whose precision is not faster than fp32 on this CPU
+  (optimizers/precision.cpu_lacks: no AMX): they run their first seed only. On an AVX2-only CPU (bf16
   converted element by element) (d) trains at ~1/7 of (c)'s images/s, ~65 minutes a seed."""
   from optimizers import precision
   flags = precision.cpu_flags() if flags is None else flags
