@@ -47,7 +47,7 @@ class Progress:
   """
 
   def __init__(self, is_chief, global_batch, step_batch, start_step, last_step,
-               steps_per_epoch, log_every, writer):
+               steps_per_epoch, log_every, writer, noise=None):
     self.is_chief = is_chief
     self.global_batch = global_batch
     self.step_batch = step_batch  # images per rank per step (all its micro-batches)
@@ -56,6 +56,7 @@ class Progress:
     self.steps_per_epoch = steps_per_epoch
     self.log_every = log_every
     self.writer = writer
+    self.noise = noise  # training/noise_scale.NoiseScale, or None: not measured
     self._loss = self._correct = 0.0
     self._count = 0
     self._last = None                # perf_counter() after the previous step
@@ -88,8 +89,10 @@ class Progress:
       return
     eta = (self.last_step - step) * self.global_batch / rate if rate else 0.0
     epoch = step / self.steps_per_epoch
+    b_simple = self.noise.b_simple if self.noise else None
+    noise = "" if self.noise is None else f"  B_simple {b_simple:7.0f}" if b_simple else "  B_simple       -"
     emit(f"epoch {epoch:6.2f}  step {step:>6d}/{self.last_step}  loss {loss:.4f}  "
-         f"top1 {top1:.3f}  lr {lr:.5f}  {rate:8.1f} img/s  "
+         f"top1 {top1:.3f}  lr {lr:.5f}{noise}  {rate:8.1f} img/s  "
          f"eta {datetime.timedelta(seconds=int(eta))}")
     with self.writer.as_default(step=step):
       tf.summary.scalar("train/loss", loss)
@@ -97,6 +100,10 @@ class Progress:
       tf.summary.scalar("train/lr", lr)
       if rate:
         tf.summary.scalar("train/images_per_sec", rate)
+      if b_simple:  # |G|^2 and tr(Sigma) too: which of the two moved B_simple
+        tf.summary.scalar("noise/b_simple", b_simple)
+        tf.summary.scalar("noise/grad_sq", self.noise.grad_sq)
+        tf.summary.scalar("noise/trace_sigma", self.noise.trace_sigma)
 
   def evaluation(self, step, top1, top5, loss):
     """Rank 0's line and scalars of a held-out evaluation (global fractions, mean loss); None: no split."""

@@ -52,6 +52,7 @@ from progress import Progress, emit, write_json_atomic  # noqa: E402
 from training import checkpoints, evaluation, export, hooks, modes, outcome, report, signals  # noqa: E402
 from training import step as step_lib, watchdog as watchdog_lib  # noqa: E402
 from training.loop import Loop, NoProgress, Policy  # noqa: E402
+from training.noise_scale import NoiseScale  # noqa: E402
 from training.saving import Saver  # noqa: E402
 
 flags.define_flags()
@@ -105,6 +106,7 @@ def train(stop_request: signals.StopRequest):
   watchdog.progress(int(step_var), "setup", timed=False)
   eval_step = step_lib.make_eval_step(model)
   writers = {}  # rank 0's TensorBoard writer, made once
+  noise = NoiseScale() if config.run.noise_scale else None  # B_simple, smoothed over steps and worlds
 
   # ---------------------------------------------------------- step, loop --
   def run_world(world, config, data, course) -> modes.WorldRun:
@@ -118,11 +120,15 @@ def train(stop_request: signals.StopRequest):
     exchange = make_gradient_exchange(hvd, config.comm, world, log)  # hybrid probes the links here
     # The step users run and the benchmarks time (training/step.py): with --accumulation_steps=K, K
     # micro-batches per rank, then one exchange (the one place gradients cross ranks) and one update.
+    # Horovod: the noise scale's per-rank squared norm averaged in one small allreduce (training/step.py).
+    kind, measuring = hooks.Measuring.for_world(noise, world.size, config.data, log)
     train_step = step_lib.make_train_step(model, optimizer, exchange, loss_scale, data.info.num_classes,
                                           config.optim.label_smoothing, agree=sync.agree_max(hvd),
-                                          accumulation_steps=config.data.accumulation_steps)
+                                          accumulation_steps=config.data.accumulation_steps, noise=kind,
+                                          average=lambda x: hvd.allreduce(x, op=hvd.Average, name="noise_sq"))
     progress = Progress(world.is_chief, config.data.global_batch, config.data.step_batch, course.nominal_step(spe),
-                        course.last_step(spe), spe, config.run.log_every, writers.get("tb") if world.is_chief else None)
+                        course.last_step(spe), spe, config.run.log_every, writers.get("tb") if world.is_chief else None,
+                        noise=noise if kind else None)
     log("training steps %d..%d (%d per epoch, %.1f epochs)", course.nominal_step(spe), course.last_step(spe),
         spe, course.last_step(spe) / spe)
     # Horovod: one allreduce of the sums [loss, top-1 hits, top-5 hits, count] over ranks.
@@ -130,7 +136,8 @@ def train(stop_request: signals.StopRequest):
     loop = Loop(course, data, step_lib.host_step(train_step), evaluate, save=lambda s: saver.save(s, course.position),
                 schedule=schedule, stop_code=lambda: stop_request.code, policy=Policy.of(config),
                 clock=lambda: time.time() - START,
-                hooks=[hooks.StepVariable(step_var), hooks.Watching(watchdog), hooks.Reporting(progress)])
+                hooks=[hooks.StepVariable(step_var), hooks.Watching(watchdog), *filter(None, [measuring]),
+                       hooks.Reporting(progress)])
     return modes.WorldRun(world, config, loop.run(), exchange.plan, progress.images_per_sec())
 
   def rebuild(world):  # --elastic: a new world's config (the global batch follows the policy) and input
@@ -142,7 +149,7 @@ def train(stop_request: signals.StopRequest):
                       variables=variables + [loss_scale.scale, loss_scale.good_steps])
   except (flags.ConfigError, checkpoints.CheckpointError, NoProgress) as e:  # the checkpoints stay intact
     fail(str(e))
-  finish(result, model, saver, watchdog, stop_request, mode, data.info)
+  finish(result, model, saver, watchdog, stop_request, mode, data.info, noise)
 
 
 # ------------------------------------------------------------------ setup --
@@ -231,14 +238,15 @@ def restore(config, world, mode, model, optimizer, data):
 
 
 # ---------------------------------------------------------- summary, export --
-def finish(result: modes.WorldRun, model, saver, watchdog, stop_request, mode, info):
+def finish(result: modes.WorldRun, model, saver, watchdog, stop_request, mode, info, noise):
   """summary.json, the SavedModel and the last lines on rank 0; every rank exits with the run's status."""
   ending, world, config = result.ending, result.world, result.config
   identical = sync.replicas_identical(hvd, model.trainable_variables)
   if not identical:
     logging.warning("ranks hold different weights after training: a rank diverged")
   summary = report.summary(ending, config, world, info.name, plan=result.plan, images_per_sec=result.images_per_sec,
-                           identical=identical, wall_seconds=time.time() - START, extra=mode.summary_keys())
+                           identical=identical, wall_seconds=time.time() - START,
+                           extra={**mode.summary_keys(), **report.noise_keys(noise, ending)})
   # A model users can serve: rank 0's weights (identical everywhere) with the evaluation
   # preprocessing inside (training/export.py); not for a stopped or diverged run.
   if world.is_chief and config.run.export and ending.status in (outcome.OK, outcome.TARGET_REACHED):

@@ -66,6 +66,7 @@ class RunConfig:
   keep_checkpoints: int
   threads: int
   export: bool = True    # rank 0 writes a SavedModel to <model_dir>/export/ at the end (training/export.py)
+  noise_scale: bool = True  # measure the gradient noise scale each step (training/noise_scale.py)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,6 +28,12 @@ def define() -> None:
       "export", True, "At the end of a run that finished or reached its target, rank 0 writes a "
       "SavedModel to <model_dir>/export/ that takes encoded images (JPEG, PNG, ...) and returns class "
       "probabilities and the top-5 classes, with the evaluation preprocessing inside; --export=false skips it.")
+  absl_flags.DEFINE_boolean(
+      "noise_scale", True, "Measure the gradient noise scale B_simple (McCandlish et al. 2018: the batch "
+      "beyond which a larger one buys few fewer steps) from each step's per-rank and global gradients, "
+      "and report it in the progress lines, TensorBoard and summary.json; needs 2+ ranks or "
+      "--accumulation_steps >= 2. Costs two squared norms and one 4-byte allreduce a step "
+      "(docs/noise_scale.md); --noise_scale=false skips them.")
   absl_flags.DEFINE_integer(
       "threads", 0, "TensorFlow intra-op threads per rank (0: the node's cores "
       "divided by the ranks on the node, so ranks do not oversubscribe the CPU).")
@@ -48,4 +54,5 @@ def build(f) -> RunConfig:
   return RunConfig(model_dir=os.path.abspath(os.path.expanduser(f.model_dir)),
                    epochs=f.epochs, max_steps=f.max_steps, seed=f.seed,
                    log_every=f.log_every, checkpoint_every=f.checkpoint_every,
-                   keep_checkpoints=f.keep_checkpoints, threads=f.threads, export=f.export)
+                   keep_checkpoints=f.keep_checkpoints, threads=f.threads, export=f.export,
+                   noise_scale=f.noise_scale)

@@ -1,5 +1,6 @@
 """What listens to the loop (training/loop.Hook): the stall watchdog, the progress lines and
-TensorBoard, and the step variable checkpoints and commits hold."""
+TensorBoard, the step variable checkpoints and commits hold, and the gradient noise scale."""
+from training import step as step_lib
 from training.loop import Hook
 
 
@@ -50,3 +51,28 @@ class StepVariable(Hook):
 
   def after_step(self, step, nominal, out, lr):
     self.variable.assign(step)
+
+
+class Measuring(Hook):
+  """The gradient noise scale (training/noise_scale.NoiseScale), fed each step's two squared
+  norms (training/step.py) at this world's two batch sizes. Before Reporting in the hooks, so
+  a progress line shows the step it ends."""
+
+  def __init__(self, tracker, b_small: int, b_big: int):
+    self.tracker, self.b_small, self.b_big = tracker, b_small, b_big
+
+  def after_step(self, step, nominal, out, lr):
+    self.tracker.update(float(out.sq_small), float(out.sq_big), self.b_small, self.b_big)
+
+  @classmethod
+  def for_world(cls, tracker, ranks: int, data_config, log) -> tuple[str | None, "Measuring | None"]:
+    """(the step's noise kind, this hook) for a world, or (None, None): not asked for (tracker
+    None), or one rank without accumulation (one gradient a step, said once in the log)."""
+    sizes = step_lib.noise_sizes(ranks, data_config.batch_size, data_config.accumulation_steps) if tracker else None
+    if sizes is None:
+      if tracker is not None and not tracker.steps:
+        log("noise scale: not measured: one rank without accumulation has one gradient a step (2+ ranks "
+            "or --accumulation_steps >= 2 give the two it compares)")
+      return None, None
+    kind, b_small, b_big = sizes
+    return kind, cls(tracker, b_small, b_big)

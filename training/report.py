@@ -75,3 +75,13 @@ def summary(ending: loop.Ending, config, world, dataset: str, *, plan, images_pe
   if config.evaluation.has_target:  # time to accuracy (MLPerf): whether, when, at which step
     out.update(evaluation.target_summary(config.evaluation, reached(ending)))
   return out
+
+
+def noise_keys(noise, ending: loop.Ending) -> dict:
+  """summary.json's noise_scale (training/noise_scale.NoiseScale.summary): the estimates at the
+  end, and at the target when it was reached (the run ends there, so the two are the same
+  step); {} when not asked for or never measured (one rank without accumulation)."""
+  if noise is None or not noise.steps:
+    return {}
+  reached = ending.reached if ending.status == outcome.TARGET_REACHED else None
+  return {"noise_scale": noise.summary(at_target=noise.snapshot(reached.step) if reached else None)}

@@ -21,8 +21,30 @@ import tensorflow as tf
 
 from optimizers import precision
 
-# What a train step returns (a tuple, so `loss, correct, finite, stop = train_step(...)` still reads).
-StepOut = collections.namedtuple("StepOut", "loss correct finite stop")
+# What a train step returns: loss, correct, finite, stop (below), and the two squared gradient
+# norms of the noise scale (sq_small, sq_big: zero when not measured).
+StepOut = collections.namedtuple("StepOut", "loss correct finite stop sq_small sq_big")
+RANKS, MICRO = "ranks", "micro"  # which two gradients the noise scale compares (noise_sizes)
+
+
+def noise_sizes(ranks: int, batch: int, accumulation_steps: int) -> tuple[str, int, int] | None:
+  """(kind, B_small, B_big) of the gradient noise scale's two gradients (training/noise_scale.py),
+  or None when one rank without accumulation has one gradient only (pure).
+
+  With ranks: each rank's own gradient (its K micro-batches) against the exchanged mean (the
+  global batch). One rank with K > 1 micro-batches: a micro-batch's against their sum.
+  """
+  step_batch = batch * accumulation_steps
+  if ranks > 1:
+    return RANKS, step_batch, step_batch * ranks
+  if accumulation_steps > 1:
+    return MICRO, batch, step_batch
+  return None
+
+
+def squared_norm(grads) -> tf.Tensor:
+  """float32 scalar: the sum of squares of every gradient, in fp32."""
+  return tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float32))) for g in grads])
 
 
 def correct_count(logits, labels, k: int = 1) -> tf.Tensor:
@@ -35,7 +57,7 @@ def correct_count(logits, labels, k: int = 1) -> tf.Tensor:
 
 
 def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, label_smoothing: float = 0.0,
-                    agree=None, accumulation_steps: int = 1):
+                    agree=None, accumulation_steps: int = 1, noise=None, average=None):
   """A tf.function train_step(images, labels, lr, stop=0) -> StepOut(loss, correct, finite, stop).
 
   images: (K * batch, H, W, C) in the model's compute dtype, K =
@@ -58,6 +80,14 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
   same shape (identity: no ranks). agree(int32 vector) -> its max over ranks
   (train.py: one Horovod allreduce, which Horovod's coordinator fuses with the
   step's gradient traffic); None for a single process.
+
+  noise: None, or noise_sizes' kind: the step also returns the squared norms of two gradients
+  of different batch sizes, in fp32 on unscaled gradients (fp16's scale divided out), for the
+  gradient noise scale (McCandlish et al. 2018): sq_big of the exchanged mean gradient (B_big),
+  sq_small of each rank's own accumulated gradient averaged over ranks (RANKS; average(x) ->
+  its mean over ranks, one small allreduce Horovod fuses with the gradients) or of each
+  micro-batch's gradient averaged over the K (MICRO). About 3 flops a weight: under 1% of a
+  step (make noise-scale's cost benchmark).
   """
   # One-hot targets, so label smoothing can apply; float32 logits -> fp32 loss.
   loss_fn = keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=label_smoothing)
@@ -76,31 +106,49 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
     return loss, correct_count(logits, labels), bad, grads
 
   def accumulated(images, labels):
-    """forward_backward's results over the K micro-batches: mean loss, sums of the rest."""
+    """forward_backward's results over the K micro-batches: mean loss, sums of the rest, and the
+    sum of the micro-batches' squared (scaled) gradient norms (MICRO's sq_small)."""
     images = tf.reshape(images, [k, -1, *images.shape[1:]])
     labels = tf.reshape(labels, [k, -1])
     # A tf.while_loop (not K unrolled copies of the model in the graph): tracing stays one model's.
-    def body(i, loss, correct, bad, sums):
+    def body(i, loss, correct, bad, sq, sums):
       l, c, b, grads = forward_backward(images[i], labels[i])
-      return i + 1, loss + l, correct + c, tf.maximum(bad, b), [s + g for s, g in zip(sums, grads)]
+      sq = sq + squared_norm(grads) if noise == MICRO else sq
+      return i + 1, loss + l, correct + c, tf.maximum(bad, b), sq, [s + g for s, g in zip(sums, grads)]
     zeros = [tf.zeros(v.shape, v.dtype) for v in variables]
-    _, loss, correct, bad, grads = tf.while_loop(
-        lambda i, *_: i < k, body, [tf.constant(0), tf.constant(0.0), tf.constant(0.0), tf.constant(0), zeros])
-    return loss / k, correct, bad, grads
+    _, loss, correct, bad, sq, grads = tf.while_loop(
+        lambda i, *_: i < k, body,
+        [tf.constant(0), tf.constant(0.0), tf.constant(0.0), tf.constant(0), tf.constant(0.0), zeros])
+    return loss / k, correct, bad, sq, grads
+
+  def single(images, labels):
+    loss, correct, bad, grads = forward_backward(images, labels)
+    return loss, correct, bad, tf.constant(0.0), grads
+
+  def unscaled(sq):
+    """A squared norm of scaled gradients, unscaled (fp16: divided by the scale squared)."""
+    return sq / tf.square(tf.cast(loss_scale.scale, tf.float32)) if loss_scale.enabled else sq
 
   @tf.function
   def train_step(images, labels, lr, stop=tf.constant(0)):
-    loss, correct, bad, grads = (accumulated if k > 1 else forward_backward)(images, labels)
+    loss, correct, bad, micro_sq, grads = (accumulated if k > 1 else single)(images, labels)
+    if noise == RANKS:  # this rank's own gradient, before the exchange: mean over ranks below
+      sq_small = average(unscaled(squared_norm(grads)))
+    elif noise == MICRO:  # each micro-batch's gradient of its mean loss is K x its share here
+      sq_small = unscaled(micro_sq) * k
+    else:
+      sq_small = tf.constant(0.0)
     # One verdict for every rank: a stop request anywhere, a non-finite loss anywhere.
     codes = tf.stack([tf.cast(stop, tf.int32), bad])
     codes = agree(codes) if agree else codes
     grads = exchange(grads)  # the one place gradients cross ranks
     # Unscale in fp32 before the optimizer: LARS's trust ratio must see true gradients.
     grads = loss_scale.unscale(grads)
+    sq_big = squared_norm(grads) if noise else tf.constant(0.0)
     learning_rate.assign(lr)
     finite = tf.logical_and(precision.all_finite(grads), tf.equal(codes[1], 0))
     finite = loss_scale.apply_if_finite(grads, lambda: optimizer.apply_gradients(zip(grads, variables)), finite)
-    return StepOut(loss, correct, finite, codes[0])
+    return StepOut(loss, correct, finite, codes[0], sq_small, sq_big)
 
   return train_step
 

@@ -28,11 +28,11 @@ def test_a_finite_step_applies_and_a_non_finite_one_is_skipped(precision_name):
                                         num_classes=8)
   images, labels = tf.ones([2, 4]), tf.constant([1, 2])
   before = weights(model)
-  loss, correct, finite, stop = train_step(images, labels, tf.constant(0.1))
+  loss, correct, finite, stop, *_ = train_step(images, labels, tf.constant(0.1))
   assert bool(finite) and int(stop) == 0 and np.isfinite(float(loss)) and 0 <= float(correct) <= 2
   after = weights(model)
   assert any(not np.array_equal(a, b) for a, b in zip(before, after))
-  _, _, finite, stop = train_step(images * np.nan, labels, tf.constant(0.1), tf.constant(10))
+  _, _, finite, stop, *_ = train_step(images * np.nan, labels, tf.constant(0.1), tf.constant(10))
   assert not bool(finite) and int(stop) == 10
   for a, b in zip(after, weights(model)):
     np.testing.assert_array_equal(a, b)  # no NaN reached the weights
@@ -45,7 +45,7 @@ def test_agree_decides_for_every_rank():
   train_step = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"),
                                         num_classes=8, agree=peer_nan)
   before = weights(model)
-  _, _, finite, _ = train_step(tf.ones([2, 4]), tf.constant([1, 2]), tf.constant(0.1))
+  finite = train_step(tf.ones([2, 4]), tf.constant([1, 2]), tf.constant(0.1)).finite
   assert not bool(finite)
   for a, b in zip(before, weights(model)):
     np.testing.assert_array_equal(a, b)
@@ -71,7 +71,7 @@ def test_k_micro_batches_make_the_update_of_one_batch_k_times_larger(k):
     model, optimizer = tiny()
     train_step = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"),
                                           num_classes=8, accumulation_steps=steps)
-    loss, correct, finite, _ = train_step(images, tf.cast(labels, tf.int32), tf.constant(0.5))
+    loss, correct, finite, *_ = train_step(images, tf.cast(labels, tf.int32), tf.constant(0.5))
     results[steps] = (float(loss), float(correct), bool(finite), weights(model))
   (loss1, correct1, finite1, w1), (lossk, correctk, finitek, wk) = results[1], results[k]
   assert finite1 and finitek and correct1 == correctk and loss1 == pytest.approx(lossk, rel=1e-6)
@@ -91,7 +91,7 @@ def test_batchnorm_normalises_each_micro_batch():
     train_step = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"),
                                           num_classes=8, accumulation_steps=steps)
     images = tf.concat([tf.zeros([4, 4]), tf.reshape(tf.range(16, dtype=tf.float32), [4, 4]) + 10], 0)
-    _, _, finite, _ = train_step(images, tf.constant([0, 1, 2, 3, 4, 5, 6, 7]), tf.constant(0.5))
+    finite = train_step(images, tf.constant([0, 1, 2, 3, 4, 5, 6, 7]), tf.constant(0.5)).finite
     assert bool(finite)
     return weights(model)
   assert any(not np.allclose(a, b) for a, b in zip(run(1), run(2)))
@@ -103,7 +103,60 @@ def test_a_non_finite_micro_batch_skips_the_whole_update():
                                         num_classes=8, accumulation_steps=3)
   before = weights(model)
   images = tf.concat([tf.ones([4, 4]), tf.ones([2, 4]) * np.nan], 0)  # only the third micro-batch
-  _, _, finite, _ = train_step(images, tf.zeros([6], tf.int32), tf.constant(0.1))
+  finite = train_step(images, tf.zeros([6], tf.int32), tf.constant(0.1)).finite
   assert not bool(finite)
   for a, b in zip(before, weights(model)):
     np.testing.assert_array_equal(a, b)
+
+
+def per_batch_gradients(model, images, labels, parts):
+  """Each of `parts` equal batches' gradient of its mean loss, flattened (numpy)."""
+  loss_fn = keras.losses.CategoricalCrossentropy(from_logits=True)
+  out = []
+  for x, y in zip(np.split(images, parts), np.split(labels, parts)):
+    with tf.GradientTape() as tape:
+      loss = loss_fn(tf.one_hot(y, 8), model(tf.constant(x)))
+    out.append(np.concatenate([g.numpy().ravel() for g in tape.gradient(loss, model.trainable_variables)]))
+  return np.stack(out)
+
+
+@pytest.mark.parametrize("precision_name", ["fp32", "fp16"])
+def test_micro_batches_give_the_noise_scale_its_two_gradients(precision_name):
+  # One rank, K=4: sq_small the micro-batches' mean squared gradient norm, sq_big the squared norm of
+  # their mean (the accumulated gradient), both of the true loss: fp16's loss scale divided out.
+  rng = np.random.default_rng(3)
+  images, labels = rng.standard_normal((16, 4)).astype(np.float32), rng.integers(0, 8, 16).astype(np.int32)
+  model, optimizer = tiny()
+  micro = per_batch_gradients(model, images, labels, 4)
+  train_step = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision(precision_name),
+                                        num_classes=8, accumulation_steps=4, noise=step_lib.MICRO)
+  out = train_step(tf.constant(images), tf.constant(labels), tf.constant(0.0))
+  rtol = 1e-5 if precision_name == "fp32" else 1e-3
+  np.testing.assert_allclose(float(out.sq_small), np.mean(np.sum(micro ** 2, axis=1)), rtol=rtol)
+  np.testing.assert_allclose(float(out.sq_big), np.sum(micro.mean(axis=0) ** 2), rtol=rtol)
+
+
+def test_without_noise_the_norms_are_zero_and_with_ranks_the_own_gradient_is_averaged():
+  rng = np.random.default_rng(4)
+  images, labels = rng.standard_normal((8, 4)).astype(np.float32), rng.integers(0, 8, 8).astype(np.int32)
+  model, optimizer = tiny()
+  own = per_batch_gradients(model, images, labels, 1)[0]
+  halves = []  # average(x): a stand-in for the mean over ranks, here of this rank and a peer with half its norm
+  step = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"), num_classes=8,
+                                  noise=step_lib.RANKS, average=lambda x: halves.append(1) or (x + x / 2) / 2)
+  out = step(tf.constant(images), tf.constant(labels), tf.constant(0.0))
+  assert halves and float(out.sq_small) == pytest.approx(0.75 * np.sum(own ** 2), rel=1e-5)
+  assert float(out.sq_big) == pytest.approx(np.sum(own ** 2), rel=1e-5)
+  plain = step_lib.make_train_step(*tiny(), lambda g: g, precision.for_precision("fp32"), num_classes=8)
+  out = plain(tf.constant(images), tf.constant(labels), tf.constant(0.0))
+  assert (float(out.sq_small), float(out.sq_big)) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("ranks, batch, k, want", [
+    (1, 32, 1, None),                        # one gradient a step: not measurable
+    (1, 32, 4, ("micro", 32, 128)),          # a micro-batch against their sum
+    (2, 32, 1, ("ranks", 32, 64)),           # a rank's against the exchanged mean
+    (8, 256, 4, ("ranks", 1024, 8192)),      # with ranks, a rank's whole step batch is its gradient
+])
+def test_noise_sizes(ranks, batch, k, want):
+  assert step_lib.noise_sizes(ranks, batch, k) == want

@@ -1,5 +1,7 @@
 """Run under horovodrun: the gradient exchange equals the numpy mean of all ranks' inputs,
-and broadcast_state leaves every rank with rank 0's weights. Prints 'OK rank N'."""
+broadcast_state leaves every rank with rank 0's weights, and the train step's noise-scale norms
+are the mean of the ranks' own squared gradient norms and the squared norm of their mean
+(computed here from every rank's gradient, gathered). Prints 'OK rank N'."""
 import os
 import sys
 
@@ -14,6 +16,8 @@ from comm import sync  # noqa: E402
 from comm.exchange import make_gradient_exchange  # noqa: E402
 from flags.config import CommConfig  # noqa: E402
 from models import build_model  # noqa: E402
+from optimizers import precision  # noqa: E402
+from training import step as step_lib  # noqa: E402
 
 SHAPES = [(), (1,), (7,), (3, 5), (3, 3, 16, 32), (1001,), (0,), (64, 10)]
 
@@ -44,7 +48,30 @@ def main():
   assert not before and after, (before, after)
   gathered = hvd.allgather(tf.concat([tf.reshape(v, [-1]) for v in model.variables], 0)[None]).numpy()
   assert (gathered == gathered[0]).all()
+  check_noise_norms(rank, size, exchange)
   print(f"OK rank {rank}", flush=True)
+
+
+def check_noise_norms(rank, size, exchange):
+  """The step's sq_small and sq_big against numpy on the ranks' gathered gradients."""
+  tf.keras.utils.set_random_seed(0)  # the same weights on every rank
+  model = tf.keras.Sequential([tf.keras.Input((6,)), tf.keras.layers.Dense(5)])
+  optimizer = tf.keras.optimizers.SGD(0.0)
+  optimizer.build(model.trainable_variables)
+  rng = np.random.default_rng(7 + rank)  # each rank its own batch of 8
+  images = tf.constant(rng.standard_normal((8, 6)).astype(np.float32))
+  labels = tf.constant(rng.integers(0, 5, 8).astype(np.int32))
+  with tf.GradientTape() as tape:
+    loss = tf.keras.losses.CategoricalCrossentropy(from_logits=True)(tf.one_hot(labels, 5), model(images))
+  own = np.concatenate([g.numpy().ravel() for g in tape.gradient(loss, model.trainable_variables)])
+  every = hvd.allgather(tf.constant(own[None])).numpy()
+  train_step = step_lib.make_train_step(model, optimizer, exchange, precision.for_precision("fp32"), 5,
+                                        noise=step_lib.RANKS,
+                                        average=lambda x: hvd.allreduce(x, op=hvd.Average, name="noise_sq"))
+  out = train_step(images, labels, tf.constant(0.0))
+  np.testing.assert_allclose(float(out.sq_small), np.mean(np.sum(every ** 2, axis=1)), rtol=1e-5)
+  np.testing.assert_allclose(float(out.sq_big), np.sum(np.mean(every, axis=0) ** 2), rtol=1e-5)
+  assert float(out.sq_small) > float(out.sq_big) > 0  # different batches: a smaller mean
 
 
 if __name__ == "__main__":
