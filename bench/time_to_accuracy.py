@@ -29,7 +29,6 @@ the full set with --reuse later (the runs of a read back) writes the full report
 """
 import argparse
 import dataclasses
-import glob
 import json
 import os
 import sys
@@ -41,7 +40,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # this program reads the eve
 
 from bench.plan.scale import at_scale, exchange_per_update, section as scale_section  # noqa: E402
 from bench.target_stats import aggregate, findings, table  # noqa: E402
-from bench.train_runs import Setting, command, launch, record, reused, save_top1_figure  # noqa: E402
+from bench.train_runs import (Setting, command, eval_curve, launch, read_events, record, reused,  # noqa: E402
+                              save_top1_figure)
 
 RESULTS = os.path.join(REPO, "results")
 RANKS = 2
@@ -137,34 +137,6 @@ def train_args(s: Setting, seed: int, budget: Budget, model_dir: str) -> list[st
 def shown(flags: list[str]) -> str:
   """The command a user would type for these flags."""
   return " ".join("python" if a == sys.executable else a for a in command(RANKS, flags))
-
-
-def eval_curve(points, start: float, steps_per_epoch_: int) -> list[dict]:
-  """Held-out evaluations from TensorBoard points (wall time s, step, tag, value), in step order:
-  [{seconds since start, step, epoch, top1, top5}]; the last point of a step and tag wins."""
-  by_step = {}
-  for wall, step, tag, value in points:
-    if tag in ("eval/top1", "eval/top5"):
-      entry = by_step.setdefault(step, {"seconds": None, "step": step,
-                                        "epoch": round(step / steps_per_epoch_, 3)})
-      entry[tag[5:]] = value
-      if tag == "eval/top1":
-        entry["seconds"] = round(wall - start, 1)
-  return [by_step[k] for k in sorted(by_step) if "top1" in by_step[k]]
-
-
-def read_events(model_dir: str) -> list[tuple]:
-  """Rank 0's TensorBoard scalars of a run: [(wall time s, step, tag, value)]."""
-  import tensorflow as tf  # only to read the events
-  from tensorflow.core.util import event_pb2
-  points = []
-  for path in sorted(glob.glob(os.path.join(model_dir, "tb", "events.out.tfevents.*"))):
-    for data in tf.data.TFRecordDataset(path):
-      event = event_pb2.Event.FromString(data.numpy())
-      for v in event.summary.value:
-        value = float(tf.make_ndarray(v.tensor)) if v.HasField("tensor") else v.simple_value
-        points.append((event.wall_time, event.step, v.tag, value))
-  return points
 
 
 def run_record(key: str, seed: int, flags: list[str], summary: dict, curve: list[dict], wall: float) -> dict:

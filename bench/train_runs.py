@@ -6,6 +6,7 @@ train.py from scratch under horovodrun on this host; record() and reused() keep 
 beside its model_dir, so a program started again with --reuse reads it back instead of training.
 """
 import dataclasses
+import glob
 import json
 import os
 import shutil
@@ -102,6 +103,34 @@ def _end_session(proc: subprocess.Popen) -> None:
       return
     except subprocess.TimeoutExpired:
       continue
+
+
+def eval_curve(points, start: float, steps_per_epoch_: int) -> list[dict]:
+  """Held-out evaluations from TensorBoard points (wall time s, step, tag, value), in step order:
+  [{seconds since start, step, epoch, top1, top5}]; the last point of a step and tag wins."""
+  by_step = {}
+  for wall, step, tag, value in points:
+    if tag in ("eval/top1", "eval/top5"):
+      entry = by_step.setdefault(step, {"seconds": None, "step": step,
+                                        "epoch": round(step / steps_per_epoch_, 3)})
+      entry[tag[5:]] = value
+      if tag == "eval/top1":
+        entry["seconds"] = round(wall - start, 1)
+  return [by_step[k] for k in sorted(by_step) if "top1" in by_step[k]]
+
+
+def read_events(model_dir: str) -> list[tuple]:
+  """Rank 0's TensorBoard scalars of a run: [(wall time s, step, tag, value)]."""
+  import tensorflow as tf  # only to read the events
+  from tensorflow.core.util import event_pb2
+  points = []
+  for path in sorted(glob.glob(os.path.join(model_dir, "tb", "events.out.tfevents.*"))):
+    for data in tf.data.TFRecordDataset(path):
+      event = event_pb2.Event.FromString(data.numpy())
+      for v in event.summary.value:
+        value = float(tf.make_ndarray(v.tensor)) if v.HasField("tensor") else v.simple_value
+        points.append((event.wall_time, event.step, v.tag, value))
+  return points
 
 
 def save_top1_figure(fig, ax, path: str, xlabel: str, title: str, title_size: float) -> None:

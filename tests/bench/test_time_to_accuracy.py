@@ -48,10 +48,10 @@ def test_eval_curve_takes_the_evaluations_in_step_order():
   points = [(105.0, 20, "eval/top1", 0.5), (105.0, 20, "eval/top5", 0.9), (101.0, 10, "train/loss", 2.0),
             (103.0, 10, "eval/top1", 0.3), (103.0, 10, "eval/top5", 0.7),
             (110.0, 20, "eval/top1", 0.6), (110.0, 20, "eval/top5", 0.95)]  # a later write of step 20 wins
-  assert tta.eval_curve(points, 100.0, 40) == [
+  assert train_runs.eval_curve(points, 100.0, 40) == [
       {"seconds": 3.0, "step": 10, "epoch": 0.25, "top1": 0.3, "top5": 0.7},
       {"seconds": 10.0, "step": 20, "epoch": 0.5, "top1": 0.6, "top5": 0.95}]
-  assert tta.eval_curve([(1.0, 5, "train/top1", 0.9)], 0.0, 10) == []
+  assert train_runs.eval_curve([(1.0, 5, "train/top1", 0.9)], 0.0, 10) == []
 
 
 def summary(reached, seconds=None, epoch=None, ips=100.0, top1=0.9, status="reached"):
@@ -164,9 +164,9 @@ def test_read_events_of_a_real_writer(tmp_path):
     tf.summary.scalar("eval/top1", 0.25, step=10)
     tf.summary.scalar("eval/top5", 0.75, step=10)
   writer.flush()
-  points = tta.read_events(str(tmp_path))
+  points = train_runs.read_events(str(tmp_path))
   assert [(step, tag, value) for _, step, tag, value in points] == [
       (10, "train/loss", 2.0), (10, "eval/top1", 0.25), (10, "eval/top5", 0.75)]
-  curve = tta.eval_curve(points, points[0][0] - 1.0, 40)
+  curve = train_runs.eval_curve(points, points[0][0] - 1.0, 40)
   assert [(p["step"], p["epoch"], p["top1"], p["top5"]) for p in curve] == [(10, 0.25, 0.25, 0.75)]
   assert 1.0 <= curve[0]["seconds"] < 60
