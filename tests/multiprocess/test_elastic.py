@@ -1,7 +1,7 @@
 """Elastic training against real launches on 2 emulated hosts (horovodrun --gloo in elastic
 mode, digits): a host lost mid-epoch costs at most --elastic_commit_every steps, the other goes
-on, the host joins again when it comes back, and the run ends with identical replicas and the
-accuracy of a run without faults.
+on, the host joins again when it comes back, and the run ends with identical replicas, the
+accuracy make faults measures without faults, and the noise scale measured at the last world's sizes.
 
 The hosts are bench/launches.Hosts (network namespaces on 198.18.15.0/24, a cluster of the
 tests' own): a host is lost by SIGKILLing the job's processes in its namespace, by pid, once
@@ -56,17 +56,18 @@ def run(hosts, model_dir, *args, lose=False):
 
 
 # Hybrid: every world change rebuilds its process sets, probe and plan (horovod's exchange is the
-# simpler case; make faults measures both). One case only: the two runs take ~4 minutes here.
+# simpler case; make faults measures both, and the accuracy of a run without faults beside it).
 def test_a_lost_host_costs_at_most_a_commit_and_a_returning_host_joins(tmp_path, hosts):
-  plain, _ = run(hosts, str(tmp_path / "plain"), "--allreduce=hybrid")
   summary, log = run(hosts, str(tmp_path / "faulty"), "--allreduce=hybrid", lose=True)
   assert summary["elastic"]["worlds"] == [2, 1, 2] and summary["allreduce"] == "hybrid", log[-3000:]
   (lost,) = summary["elastic"]["steps_lost"]
   assert 0 <= lost <= COMMIT_EVERY, summary
   assert summary["replicas_identical"] and summary["status"] == "finished" and summary["epochs"] == 4.0, summary
-  # The same data and schedule in epochs, one stretch at half the batch: within noise of the run without faults.
-  assert abs(summary["final_top1"] - plain["final_top1"]) <= 0.05, (summary, plain)
-  assert plain["elastic"]["worlds"] == [2] and not plain["elastic"]["steps_lost"]
+  # The same data and schedule in epochs, one stretch at half the batch: make faults' elastic rows
+  # reached 0.96 with and without the loss (results/faults_elastic.json); a state mangled by the
+  # change (wrong weights, a data position dealt twice) trains far below that.
+  assert summary["final_top1"] >= 0.9, summary
+  assert summary["noise_scale"]["b_small"] == 32 and summary["noise_scale"]["b_big"] == 64, summary
 
 
 def test_too_few_hosts_end_the_job_and_the_commit_is_a_checkpoint_to_resume_from(tmp_path, hosts):

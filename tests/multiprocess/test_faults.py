@@ -8,7 +8,6 @@ those processes, by pid, whatever happens.
 import json
 import os
 import re
-import shutil
 import signal
 
 import pytest
@@ -23,9 +22,9 @@ ARGS = (f"--model={MODEL}", "--max_steps=600", "--log_every=1", "--checkpoint_ev
 GONE_S = 600  # a bound, not a timing: a loaded 2-core machine took minutes to start and evaluate
 
 
-def resumes(model_dir, checkpoint, *args, gloo=False):
+def resumes(model_dir, checkpoint, *args):
   """The same command again resumes from `checkpoint` and finishes a few steps later."""
-  with Job(model_dir, *ARGS, *args, f"--max_steps={checkpoint + 2}", gloo=gloo) as job:
+  with Job(model_dir, *ARGS, *args, f"--max_steps={checkpoint + 2}") as job:
     _, left = job.wait_gone(GONE_S)
     assert job.proc.returncode == 0 and not left, job.tail()
     assert re.search(rf"resumed from \S*ckpt-{checkpoint} at step {checkpoint}\b", job.stderr()), job.tail()
@@ -51,11 +50,12 @@ def test_a_signal_stops_every_rank_after_a_checkpoint_and_the_restart_resumes(tm
       assert job.proc.returncode == outcome.STOPPED, job.tail()
     summary = json.load(open(tmp_path / "summary.json"))
     assert summary["status"] == "stopped" and summary["stopped_at_step"] == stopped_at
-  resumes(str(tmp_path), stopped_at, gloo=gloo)
+  if not gloo:  # one restart is enough to show a stop checkpoint resumes (make faults times both)
+    resumes(str(tmp_path), stopped_at)
 
 
 def test_a_stopped_rank_ends_the_job_naming_it(tmp_path):
-  with Job(str(tmp_path), *ARGS, "--stall_timeout=20") as job:
+  with Job(str(tmp_path), *ARGS, "--stall_timeout=10") as job:
     job.wait_for_step(25, timeout=600)
     job.signal(signal.SIGSTOP, 1)
     _, left = job.wait_gone(GONE_S)
@@ -83,33 +83,23 @@ def test_a_killed_rank_on_gloo_leaves_the_survivor_no_traceback(tmp_path):
                                    for l in lines), job.tail()
 
 
-@pytest.fixture(scope="module")
-def healthy_start(tmp_path_factory):
-  """A model_dir holding a healthy 20-step run (ckpt-20), trained once for the module."""
-  model_dir = str(tmp_path_factory.mktemp("healthy"))
-  with Job(model_dir, *ARGS, "--max_steps=20") as job:
-    job.wait_gone(GONE_S)
-    assert job.proc.returncode == 0, job.tail()
-  return model_dir
-
-
-@pytest.mark.parametrize("np_, precision", [(2, "fp32"), (2, "fp16"), (1, "bf16")])
-def test_divergence_stops_every_rank_and_keeps_the_good_checkpoint(tmp_path, healthy_start, np_, precision):
-  model_dir = str(tmp_path / "run")
-  shutil.copytree(healthy_start, model_dir)
-  # 1e6 per 256 images: the loss may stay finite for a step or two while the weights and the
-  # BatchNorm statistics blow up; either way every rank stops with the same verdict.
-  with Job(model_dir, *ARGS, "--base_lr=1e6", "--warmup_epochs=0", f"--precision={precision}",
-           np_=np_) as job:
+# One launch, the hardest case: fp16 on 2 ranks, where an overflow is first skipped on every rank
+# (the loss scale halves) and only a run of them, or inf/NaN weights at a save, is a divergence.
+# The per-step verdicts of fp32, bf16 and fp16 are tests/training/test_loop.py's, in one process.
+def test_divergence_stops_every_rank_and_keeps_the_good_checkpoint(tmp_path):
+  model_dir = str(tmp_path)
+  # The LR rises from 0 to 1e6 per 256 over the first epoch: step 1 (LR 0) is healthy and
+  # checkpointed, a few steps later the weights, the BatchNorm statistics or the loss blow up.
+  with Job(model_dir, *ARGS, "--base_lr=1e6", "--warmup_epochs=1", "--checkpoint_every=1", "--precision=fp16") as job:
     _, left = job.wait_gone(GONE_S)
     assert not left and job.proc.returncode == outcome.DIVERGED, job.tail()
     (line,) = [l for l in job.user_lines() if l.startswith("diverged:")]
     assert "ranks hold different weights" not in job.stderr() and not job.rank_traceback(), job.tail()
-  # The newest checkpoint is the newest good one: written before the divergence (the epoch end at
-  # step 23 may come first), named in the line, and nothing after it.
+  # The newest checkpoint is the newest good one: written before the divergence, named in the
+  # line, and nothing after it.
   summary = json.load(open(os.path.join(model_dir, "summary.json")))
   assert summary["status"] == "diverged" and summary["replicas_identical"] is True
   good = newest_checkpoint(model_dir)
-  assert 20 <= good <= summary["stopped_at_step"], (good, summary)
+  assert 1 <= good <= summary["stopped_at_step"], (good, summary)
   assert re.search(rf"newest good checkpoint \S*ckpt-{good};", line), line
   # (Its restart with a sane LR resumes from `good`: make faults measures it.)
