@@ -1,13 +1,12 @@
-"""train.py fed from every ImageNet format: TFRecords and a tfds set (one process),
-an image folder (two real ranks under horovodrun). Tiny images, a few steps."""
+"""train.py fed from every ImageNet format: TFRecords, a tfds set and an image folder, one
+process each (how each is dealt to ranks: test_sources.py). Tiny images, a few steps."""
 import json
 import os
 import re
 
-import pytest
 
 from bench import samples
-from conftest import MODEL, horovodrun, python
+from conftest import MODEL, python
 from input import convert
 
 
@@ -41,11 +40,12 @@ def test_trains_from_a_prepared_tfds_set(tmp_path):
   assert summary_of(proc)["steps"] == 2
 
 
-@pytest.mark.multiprocess
-def test_two_ranks_train_from_an_image_folder(tmp_path):
+def test_trains_from_an_image_folder(tmp_path):
+  # One process: how a folder is dealt to ranks is test_sources.py's (every example once, 2 and 4 ranks).
   folder = samples.imagenet_folder(str(tmp_path / "folder"))
-  proc = horovodrun(2, "python", *train_args(tmp_path / "run", "folder", folder), check=True, timeout=300)
+  proc = python(*train_args(tmp_path / "run", "folder", folder), timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
   summary = summary_of(proc)
-  assert (summary["ranks"], summary["global_batch"], summary["steps"]) == (2, 16, 2)
-  assert summary["replicas_identical"] is True and summary["final_top1"] is not None
+  assert (summary["dataset"], summary["global_batch"], summary["steps"]) == ("folder", 8, 2)
+  assert summary["final_top1"] is not None
 

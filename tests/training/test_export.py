@@ -39,11 +39,3 @@ def test_the_export_serves_the_runs_held_out_top1_in_a_fresh_process(tmp_path, d
   got = json.loads(served.stdout.strip().splitlines()[-1])
   assert got["count"] == 300
   assert abs(got["top1"] - summary["final_top1"]) < 1e-6, (got, summary["final_top1"])
-
-
-def test_noexport_writes_none(tmp_path, digits_dir):
-  run = python("train.py", f"--model_dir={tmp_path}", f"--data_dir={digits_dir}", f"--model={MODEL}", "--max_steps=1",
-               "--export=false", "--stall_timeout=0", timeout=400)
-  assert run.returncode == 0, run.stderr[-3000:]
-  assert "export" not in json.loads(run.stdout.strip().splitlines()[-1])
-  assert not os.path.exists(tmp_path / "export")
