@@ -25,14 +25,19 @@ setup-gpu:  ## the same with CUDA TensorFlow and Horovod's NCCL operations (GPU 
 ops:  ## compile input/kernels/*.cc against .venv's TensorFlow (make setup does it; quick when up to date)
 	bash scripts/build_ops.sh
 
-test: ops  ## the whole suite: fast single-process tests, then multi-process tests
-	$(PY) -m pytest -q tests
+# Two pytest workers (pytest-xdist), a test file each at a time (--dist loadfile: a file's shared
+# launch runs once): the launches spend much of their time waiting (start-up, a stall limit, a
+# signal's round trip, Slurm), which the other worker fills. --durations: where the time goes.
+PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile --durations=25
+
+test: ops  ## the whole suite: single-process and multi-process tests, two at a time
+	$(PYTEST) tests
 
 test-fast: ops  ## single-process tests only
-	$(PY) -m pytest -q -m "not multiprocess" tests
+	$(PYTEST) -m "not multiprocess" tests
 
 test-mp: ops  ## multi-process tests under horovodrun only
-	$(PY) -m pytest -q -m multiprocess tests
+	$(PYTEST) -m multiprocess tests
 
 train: ops  ## ResNet-20 on the digits set, 2 ranks; prints one JSON line, writes summary.json
 	horovodrun -np $(NP) $(PY) train.py --model_dir=$(MODEL_DIR) $(ARGS)
@@ -78,11 +83,6 @@ slurm-down:  ## stop the daemons slurm-up started (and the cluster, if slurm-up 
 slurm-run:  ## CMD on imc-h1 against that Slurm, e.g. CMD="sbatch -N 2 --ntasks-per-node=1 --cpus-per-task=1 scripts/slurm/cpu_nodes.sbatch --max_steps=10"
 	SLURM_CONF=$(SLURM_DIR)/slurm.conf bash scripts/cluster/cluster.sh run bash -c "$$CMD"
 
-.PHONY: reproduce
-
-reproduce: ops  ## Goyal-style large-batch experiment on digits (batch 16 vs 256, SGD/warmup/LARS/bf16, 2 seeds); writes results/reproduce.{md,png,json}
-	$(PY) scripts/reproduce.py
-
 .PHONY: bench-input
 bench-input: ops  ## input pipeline on real JPEGs (packaged photographs; ARGS=--images_dir=../shared/data/imagenet-sample for ImageNet's) vs the decoder limit; writes results/bench_input.{json,png}
 	$(PY) -m bench.bench_input $(ARGS)
@@ -106,3 +106,7 @@ time-to-accuracy: ops  ## time to a held-out top-1 on Fashion-MNIST, 2 ranks: ba
 .PHONY: plan
 plan:  ## ranks and global batch to a target soonest, from the noise scale and the exchange's cost (default ResNet-50 on Jia et al.'s P40 cluster; ARGS="--summary=runs/x/summary.json --b_simple=N"); writes results/plan_*.{md,json,png}
 	$(PY) -m bench.plan $(or $(ARGS),--workload=resnet50-imagenet)
+
+.PHONY: noise-scale
+noise-scale: ops  ## the gradient noise scale against real training: steps to a held-out target on Fashion-MNIST at global batches 64..4,096 (2 ranks, accumulation), the S_min/E_min fit, B_crit / B_simple; ~3 hours; writes results/noise_scale.{md,json,png} (ARGS="--cost": its cost per step; ARGS="--quick --out_dir=/tmp/ns": a smoke run)
+	$(PY) -m bench.noise_scale $(ARGS)

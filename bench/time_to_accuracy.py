@@ -65,8 +65,8 @@ EVALS_PER_EPOCH = 4  # the stop is found within ~1/4 epoch of the target
 EVAL_BATCH = 250
 # Base LRs per 256 images (train.py: peak = base * global batch / 256).
 BASELINE_LR = 0.2     # He et al.'s CIFAR ResNet: 0.1 at batch 128; peak 0.05 at 64
-LARGE_SGD_LR = 0.2    # the linear scaling rule: (a)'s base, peak 0.8 at 1,024 (reproduce's search: 0.2)
-LARS_LR = 4.0         # reproduce.py's search on digits at 256: 4-16 within a point of the best
+LARGE_SGD_LR = 0.2    # the linear scaling rule: (a)'s base, peak 0.8 at 1,024 (the retired make reproduce's search: 0.2)
+LARS_LR = 4.0         # the retired make reproduce's search on digits at 256: 4-16 within a point of the best
 # (e) by the rule from (c) would peak at 64, the LR that lost 9 points in that search (LARS leaves
 # biases and BatchNorm at the global LR): half of it.
 ACCUM_LARS_LR = 2.0

@@ -1,5 +1,5 @@
-"""train.py runs of the experiments on this machine: `make reproduce` (scripts/reproduce.py) and
-`make time-to-accuracy` (bench/time_to_accuracy.py).
+"""train.py runs of the experiments on this machine: `make time-to-accuracy` (bench/time_to_accuracy.py)
+and `make noise-scale` (bench/noise_scale/).
 
 A Setting is one configuration of the large-batch recipe and its train.py flags; launch() runs
 train.py from scratch under horovodrun on this host; record() and reused() keep a finished run
