@@ -18,7 +18,8 @@ def define() -> None:
       "elastic", False,
       "Elastic training (Horovod elastic, Gloo): when a host is lost the other ranks roll back to "
       "the last commit and go on; when one comes back its ranks join. Launch with horovodrun --gloo "
-      "-np N --min-np M --host-discovery-script S. --batch_size keeps the per-rank batch (the global "
+      "-np N --min-np M --host-discovery-script S --blacklist-cooldown-range 10 20 (without the "
+      "cooldown a lost host never rejoins). --batch_size keeps the per-rank batch (the global "
       "batch and the LR follow the world, the linear scaling rule); --global_batch_size keeps the "
       "global batch (the per-rank batch is recomputed; a world it does not divide ends the run).")
   absl_flags.DEFINE_integer(

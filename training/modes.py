@@ -86,7 +86,8 @@ class Elastic(Fixed):
   def launcher_problem(self) -> str | None:
     if os.environ.get("HOROVOD_ELASTIC") != "1":
       return ("--elastic needs Horovod's elastic launcher: horovodrun --gloo -np N --min-np M "
-              "--host-discovery-script S python train.py --elastic (see docs/faults.md), or drop --elastic.")
+              "--host-discovery-script S --blacklist-cooldown-range 10 20 python train.py --elastic "
+              "(see docs/faults.md), or drop --elastic.")
     return None
 
   def stall_timeout(self, seconds: float) -> float:
