@@ -6,10 +6,10 @@ its parts for the work, a train step, an evaluation, a save, a commit, each pass
 the loop runs the same in train.py, under --elastic (training/modes.py runs it once per
 world) and in tests with a fake step and fake data (tests/training/test_loop.py). What
 happens is told to hooks (Keras's callbacks): the progress lines and TensorBoard, the
-watchdog, the step variable; none is called by hand.
+watchdog, the step variable, the noise scale; none is called by hand.
 
-Every end of a run is decided by `_after_step`, `_due` and `_epoch_end`, and what is saved
-on the way out by one rule (`_finish`):
+Whether a run ends is decided after each step (`_step`) and at each epoch's end (`_epoch_end`),
+what is due by one predicate (`due`), and what is saved on the way out by one rule (`_finish`):
 
   finished      evaluate, save, commit
   target        save (the evaluation that reached it just ran)
