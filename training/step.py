@@ -89,41 +89,10 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
   micro-batch's gradient averaged over the K (MICRO). About 3 flops a weight: under 1% of a
   step (make noise-scale's cost benchmark).
   """
-  # One-hot targets, so label smoothing can apply; float32 logits -> fp32 loss.
-  loss_fn = keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=label_smoothing)
   variables = model.trainable_variables
   learning_rate = optimizer.learning_rate
   k = accumulation_steps
-
-  def forward_backward(images, labels):
-    """(loss, top-1 hits, non-finite loss as int32, scaled gradients of loss / K) of one micro-batch."""
-    with tf.GradientTape() as tape:
-      logits = model(images, training=True)
-      loss = loss_fn(tf.one_hot(labels, num_classes), logits)
-      scaled_loss = loss_scale.scale_loss(loss / k)  # fp16: keeps small gradients above underflow
-    grads = tape.gradient(scaled_loss, variables)
-    bad = tf.cast(tf.logical_not(tf.math.is_finite(loss)), tf.int32)
-    return loss, correct_count(logits, labels), bad, grads
-
-  def accumulated(images, labels):
-    """forward_backward's results over the K micro-batches: mean loss, sums of the rest, and the
-    sum of the micro-batches' squared (scaled) gradient norms (MICRO's sq_small)."""
-    images = tf.reshape(images, [k, -1, *images.shape[1:]])
-    labels = tf.reshape(labels, [k, -1])
-    # A tf.while_loop (not K unrolled copies of the model in the graph): tracing stays one model's.
-    def body(i, loss, correct, bad, sq, sums):
-      l, c, b, grads = forward_backward(images[i], labels[i])
-      sq = sq + squared_norm(grads) if noise == MICRO else sq
-      return i + 1, loss + l, correct + c, tf.maximum(bad, b), sq, [s + g for s, g in zip(sums, grads)]
-    zeros = [tf.zeros(v.shape, v.dtype) for v in variables]
-    _, loss, correct, bad, sq, grads = tf.while_loop(
-        lambda i, *_: i < k, body,
-        [tf.constant(0), tf.constant(0.0), tf.constant(0.0), tf.constant(0), tf.constant(0.0), zeros])
-    return loss / k, correct, bad, sq, grads
-
-  def single(images, labels):
-    loss, correct, bad, grads = forward_backward(images, labels)
-    return loss, correct, bad, tf.constant(0.0), grads
+  gradients = make_gradients(model, loss_scale, num_classes, label_smoothing, k, micro_norms=noise == MICRO)
 
   def unscaled(sq):
     """A squared norm of scaled gradients, unscaled (fp16: divided by the scale squared)."""
@@ -131,7 +100,7 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
 
   @tf.function
   def train_step(images, labels, lr, stop=tf.constant(0)):
-    loss, correct, bad, micro_sq, grads = (accumulated if k > 1 else single)(images, labels)
+    loss, correct, bad, micro_sq, grads = gradients(images, labels)
     if noise == RANKS:  # this rank's own gradient, before the exchange: mean over ranks below
       sq_small = average(unscaled(squared_norm(grads)))
     elif noise == MICRO:  # each micro-batch's gradient of its mean loss is K x its share here
@@ -151,6 +120,46 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
     return StepOut(loss, correct, finite, codes[0], sq_small, sq_big)
 
   return train_step
+
+
+def make_gradients(model, loss_scale, num_classes: int, label_smoothing: float, k: int, micro_norms: bool):
+  """gradients(images, labels) -> (mean loss, top-1 hits, non-finite loss as int32, the sum of
+  the micro-batches' squared gradient norms (0 unless micro_norms), scaled gradients of the mean
+  loss over all K micro-batches): the rank's forward and backward passes of one step."""
+  # One-hot targets, so label smoothing can apply; float32 logits -> fp32 loss.
+  loss_fn = keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=label_smoothing)
+  variables = model.trainable_variables
+
+  def forward_backward(images, labels):
+    """(loss, top-1 hits, non-finite loss as int32, scaled gradients of loss / K) of one micro-batch."""
+    with tf.GradientTape() as tape:
+      logits = model(images, training=True)
+      loss = loss_fn(tf.one_hot(labels, num_classes), logits)
+      scaled_loss = loss_scale.scale_loss(loss / k)  # fp16: keeps small gradients above underflow
+    grads = tape.gradient(scaled_loss, variables)
+    bad = tf.cast(tf.logical_not(tf.math.is_finite(loss)), tf.int32)
+    return loss, correct_count(logits, labels), bad, grads
+
+  def accumulated(images, labels):
+    """forward_backward's results over the K micro-batches: mean loss, sums of the rest."""
+    images = tf.reshape(images, [k, -1, *images.shape[1:]])
+    labels = tf.reshape(labels, [k, -1])
+    # A tf.while_loop (not K unrolled copies of the model in the graph): tracing stays one model's.
+    def body(i, loss, correct, bad, sq, sums):
+      l, c, b, grads = forward_backward(images[i], labels[i])
+      sq = sq + squared_norm(grads) if micro_norms else sq
+      return i + 1, loss + l, correct + c, tf.maximum(bad, b), sq, [s + g for s, g in zip(sums, grads)]
+    zeros = [tf.zeros(v.shape, v.dtype) for v in variables]
+    _, loss, correct, bad, sq, grads = tf.while_loop(
+        lambda i, *_: i < k, body,
+        [tf.constant(0), tf.constant(0.0), tf.constant(0.0), tf.constant(0), tf.constant(0.0), zeros])
+    return loss / k, correct, bad, sq, grads
+
+  def single(images, labels):
+    loss, correct, bad, grads = forward_backward(images, labels)
+    return loss, correct, bad, tf.constant(0.0), grads
+
+  return accumulated if k > 1 else single
 
 
 def host_step(train_step):
