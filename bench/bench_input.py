@@ -183,6 +183,50 @@ def plot(result: dict, path: str) -> None:
   fig.savefig(path, dpi=100)
 
 
+def summary(runs: dict, args, count: int, cores: int) -> dict:
+  """The medians of the alternating runs, and what they are measured against (results/bench_input.json)."""
+  med = {k: float(np.median(v)) for k, v in runs.items()}
+  images = (f"{count} JPEGs of --images_dir={os.path.abspath(args.images_dir)}" if args.images_dir
+            else f"{count} JPEGs bench/samples.py cut from the photographs packaged in scikit-learn and "
+                 "matplotlib, not ImageNet's (--images_dir=../shared/data/imagenet-sample measures on those)")
+  limit = med["fused"] * cores
+  result = {
+      "images": images,
+      "setup": (f"{count} JPEGs x {args.copies} copies in 16 TFRecord shards, read "
+                f"repeatedly; batch {args.batch_size} per rank of {IMAGE_SIZE}x{IMAGE_SIZE}x3 float32 normalised; "
+                f"{cores} cores; tensorflow {tf.__version__}; medians of {args.repeats} alternating runs of "
+                f"{args.seconds:.0f} s"),
+      # What is timed, in the words the other benchmarks' reports use for their steps.
+      "train_step": ("none timed: the pipeline is input.pipeline's training path, the batches train.py "
+                     "reads; bench-scaling and bench-comm time train.py's own step (training/step.py)"),
+      "cores": cores, "repeats": args.repeats, "load_average_1min": round(os.getloadavg()[0], 2),
+      "full_decode_images_per_sec_per_thread": round(med["full"], 1),
+      "decode_crop_resize_images_per_sec_per_thread": round(med["fused"], 1),
+      "limit_images_per_sec": round(limit, 1),
+      "pipeline_1_rank_images_per_sec": round(med["one"], 1),
+      "pipeline_1_rank_images_per_sec_per_core": round(med["one"] / cores, 1),
+      "pipeline_2_ranks_images_per_sec": round(med["two"], 1),
+      "pipeline_2_ranks_images_per_sec_per_core": round(med["two"] / cores, 1),
+      "ratio_to_limit": round(med["one"] / limit, 3),
+      # New dataset, traced functions, shuffle buffer filled: paid once per epoch.
+      "epoch_start_seconds_1_rank": round(med["startup"], 2),
+      "ratio_to_limit_2_ranks": round(med["two"] / limit, 3),
+      # The same decode-and-crop + resize on `cores` threads at once, nothing else:
+      # what the cores actually delivered during this run (other load included).
+      "decode_crop_resize_on_all_cores_images_per_sec": round(med["fused_parallel"], 1),
+      "ratio_to_all_cores_decode": round(med["one"] / med["fused_parallel"], 3),
+      # The stricter reference: one thread doing the pipeline's own per-image work
+      # (decode-and-crop + the kernel), times the cores; the ratio is what the rest
+      # of the pipeline (read, shuffle, parse, batch, threads) keeps of it.
+      "decode_crop_kernel_images_per_sec_per_thread": round(med["kernel"], 1),
+      "ratio_to_limit_with_kernel": round(med["one"] / (med["kernel"] * cores), 3),
+      "ratio_to_limit_with_kernel_2_ranks": round(med["two"] / (med["kernel"] * cores), 3),
+      "target_ratio": 0.9,
+      "runs": {k: [round(x, 2 if k.endswith("cores_used") else 1) for x in v] for k, v in runs.items()},
+  }
+  return result
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--images_dir", default=None,
@@ -228,45 +272,7 @@ def main() -> None:
             f"2 ranks {runs['two'][-1]:.0f} img/s ({runs['two_cores_used'][-1]:.2f} cores), "
             f"epoch start {runs['startup'][-1]:.1f} s",
             file=sys.stderr, flush=True)
-  med = {k: float(np.median(v)) for k, v in runs.items()}
-  images = (f"{len(encoded)} JPEGs of --images_dir={os.path.abspath(args.images_dir)}" if args.images_dir
-            else f"{len(encoded)} JPEGs bench/samples.py cut from the photographs packaged in scikit-learn and "
-                 "matplotlib, not ImageNet's (--images_dir=../shared/data/imagenet-sample measures on those)")
-  limit = med["fused"] * cores
-  result = {
-      "images": images,
-      "setup": (f"{len(encoded)} JPEGs x {args.copies} copies in 16 TFRecord shards, read "
-                f"repeatedly; batch {args.batch_size} per rank of {IMAGE_SIZE}x{IMAGE_SIZE}x3 float32 normalised; "
-                f"{cores} cores; tensorflow {tf.__version__}; medians of {args.repeats} alternating runs of "
-                f"{args.seconds:.0f} s"),
-      # What is timed, in the words the other benchmarks' reports use for their steps.
-      "train_step": ("none timed: the pipeline is input.pipeline's training path, the batches train.py "
-                     "reads; bench-scaling and bench-comm time train.py's own step (training/step.py)"),
-      "cores": cores, "repeats": args.repeats, "load_average_1min": round(os.getloadavg()[0], 2),
-      "full_decode_images_per_sec_per_thread": round(med["full"], 1),
-      "decode_crop_resize_images_per_sec_per_thread": round(med["fused"], 1),
-      "limit_images_per_sec": round(limit, 1),
-      "pipeline_1_rank_images_per_sec": round(med["one"], 1),
-      "pipeline_1_rank_images_per_sec_per_core": round(med["one"] / cores, 1),
-      "pipeline_2_ranks_images_per_sec": round(med["two"], 1),
-      "pipeline_2_ranks_images_per_sec_per_core": round(med["two"] / cores, 1),
-      "ratio_to_limit": round(med["one"] / limit, 3),
-      # New dataset, traced functions, shuffle buffer filled: paid once per epoch.
-      "epoch_start_seconds_1_rank": round(med["startup"], 2),
-      "ratio_to_limit_2_ranks": round(med["two"] / limit, 3),
-      # The same decode-and-crop + resize on `cores` threads at once, nothing else:
-      # what the cores actually delivered during this run (other load included).
-      "decode_crop_resize_on_all_cores_images_per_sec": round(med["fused_parallel"], 1),
-      "ratio_to_all_cores_decode": round(med["one"] / med["fused_parallel"], 3),
-      # The stricter reference: one thread doing the pipeline's own per-image work
-      # (decode-and-crop + the kernel), times the cores; the ratio is what the rest
-      # of the pipeline (read, shuffle, parse, batch, threads) keeps of it.
-      "decode_crop_kernel_images_per_sec_per_thread": round(med["kernel"], 1),
-      "ratio_to_limit_with_kernel": round(med["one"] / (med["kernel"] * cores), 3),
-      "ratio_to_limit_with_kernel_2_ranks": round(med["two"] / (med["kernel"] * cores), 3),
-      "target_ratio": 0.9,
-      "runs": {k: [round(x, 2 if k.endswith("cores_used") else 1) for x in v] for k, v in runs.items()},
-  }
+  result = summary(runs, args, len(encoded), cores)
   os.makedirs(os.path.dirname(args.out), exist_ok=True)
   with open(args.out, "w") as fh:
     json.dump(result, fh, indent=2)
