@@ -1,6 +1,7 @@
 """comm/topology.py: the World of each rank from what Horovod tells it, on tables; impossible layouts."""
 import pytest
 
+import comm
 from comm.topology import World, from_horovod_values
 from flags.config import ConfigError
 
@@ -43,3 +44,45 @@ def test_groups_of_a_world():
   w = World(size=6, rank=4, local_size=3, local_rank=1, cross_size=2, cross_rank=1)
   assert w.node_ranks() == [[0, 1, 2], [3, 4, 5]]
   assert w.cross_ranks() == [[0, 3], [1, 4], [2, 5]]
+
+
+class OneHost:
+  """What Horovod tells rank `rank` of `size` ranks started on one host (horovodrun -np size),
+  through the calls comm.init makes. It stands in for a 2-rank launch of train.py, which took some
+  20 s to show this arithmetic on each rank."""
+
+  def __init__(self, size, rank):
+    self._size, self._rank, self.init_args = size, rank, None
+
+  def init(self, process_sets=None):
+    self.init_args = process_sets
+
+  def size(self):
+    return self._size
+
+  def rank(self):
+    return self._rank
+
+  def local_rank(self):
+    return self._rank
+
+  def local_size(self):
+    return self._size
+
+  def cross_rank(self):
+    return 0
+
+  def is_homogeneous(self):
+    return True
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_ranks_per_node_that_does_not_divide_the_ranks_stops_every_rank(rank):
+  # train.py's setup turns a ConfigError from comm.init into 'error: <sentence>' and exit status 2,
+  # the path a bad --global_batch_size takes on every rank (tests/multiprocess/test_train.py).
+  hvd = OneHost(2, rank)
+  with pytest.raises(ConfigError) as e:
+    comm.init(hvd, 3)
+  assert hvd.init_args == "dynamic"  # Horovod started first: the sizes exist only after hvd.init
+  assert str(e.value) == ("--ranks_per_node=3 does not divide the 2 ranks; choose a divisor of 2, "
+                          "e.g. --ranks_per_node=1.")
