@@ -1,38 +1,33 @@
-"""Gradient accumulation against more ranks: run it under horovodrun -np 4 with
---accumulation_steps=1, or as one process with --accumulation_steps=4 (and any
-other train.py flags, e.g. --batch_size=8 --data_dir=DIGITS_DIR). Both see the same
-global batches, split into the same micro-batches: rank r's batch of 4 ranks is
+"""checks.py accumulation FLAGS: gradient accumulation against more ranks. Run it under
+horovodrun -np 4 with --accumulation_steps=1, or as one plain process with
+--accumulation_steps=4 (and any other train.py flags, e.g. --batch_size=8 --data_dir=DIGITS_DIR).
+Both see the same global batches, split into the same micro-batches: rank r's batch of 4 ranks is
 micro-batch r of the one process. Each trains a model without BatchNorm for
 STEPS updates with train.py's step, optimizer, exchange and LR schedule; rank 0
 writes the weights (after, then before), the steps per epoch and the whole LR schedule to --out (.npz).
 """
-import os
-import sys
+import horovod.tensorflow as hvd
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import flags as absl_flags
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
-
-import horovod.tensorflow as hvd  # noqa: E402
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from absl import app  # noqa: E402
-from absl import flags as absl_flags  # noqa: E402
-
-import comm  # noqa: E402
-from comm import sync  # noqa: E402
-from comm.exchange import make_gradient_exchange  # noqa: E402
-from flags import train_flags  # noqa: E402
-from input import pipeline  # noqa: E402
-from optimizers import build_optimizer, precision, schedules  # noqa: E402
-from training.step import make_train_step  # noqa: E402
+from comm import sync
+from comm.exchange import make_gradient_exchange
+from flags import train_flags
+from input import pipeline
+from optimizers import build_optimizer, precision, schedules
+from training.step import make_train_step
 
 STEPS = 3
+# train.py's flags, parsed from this check's arguments (absl: once per process).
 train_flags.define_flags()
 OUT = absl_flags.DEFINE_string("out", "", "Where rank 0 writes the .npz of weights and schedule.")
 
 
-def main(argv):
-  world = comm.init(hvd, 0)
+def run(world, args):
+  """Trains STEPS updates and writes --out on rank 0; args: train.py's flags and --out."""
+  absl_flags.FLAGS(["accumulation", *args])  # an unknown flag raises here, naming it
   config = train_flags.build_config(absl_flags.FLAGS, world)
   d = config.data
   pipeline.prepare(d, world)
@@ -64,8 +59,3 @@ def main(argv):
     np.savez(OUT.value, *[v.numpy() for v in model.trainable_variables], *initial,
              steps_per_epoch=steps_per_epoch, global_batch=d.global_batch,
              lrs=[schedule(s) for s in range(schedule.total_steps)])
-  print(f"OK rank {world.rank}", flush=True)
-
-
-if __name__ == "__main__":
-  app.run(main)

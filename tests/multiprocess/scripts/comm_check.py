@@ -1,30 +1,23 @@
-"""Run under horovodrun: every algorithm of the gradient exchange equals the numpy mean.
-
-Usage: comm_check.py RANKS_PER_NODE [MODELS]. One launch does all checks (starting
-ranks costs more than checking on 2 cores):
+"""checks.py comm [MODELS]: every algorithm of the gradient exchange equals the numpy mean, on
+the world the launch laid out (checks.py --ranks_per_node):
   1. horovod, flat, hier, hybrid (probed, and a given cost model that mixes
      flat and hier), with and without fp16 compression: fp32, bf16 and fp16
      tensors of odd sizes, scalars and empty tensors equal the numpy mean;
   2. the full gradient lists of MODELS (default resnet50,alexnet), each algorithm;
   3. every rank holds the same plan;
   4. three SGD steps with each algorithm leave the weights `horovod` leaves.
-Prints 'OK rank N'.
 """
-import os
 import sys
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
+import horovod.tensorflow as hvd
+import numpy as np
+import tensorflow as tf
 
-import horovod.tensorflow as hvd  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import comm  # noqa: E402
-from models import gradient_sets  # noqa: E402
-from comm.exchange import make_gradient_exchange  # noqa: E402
-from flags.config import CommConfig  # noqa: E402
-from optimizers import precision  # noqa: E402
-from training.step import make_train_step  # noqa: E402
+from comm.exchange import make_gradient_exchange
+from flags.config import CommConfig
+from models import gradient_sets
+from optimizers import precision
+from training.step import make_train_step
 
 SMALL = [((), "float32"), ((1,), "float32"), ((7,), "float32"), ((3, 5), "float32"), ((0,), "float32"),
          ((1001,), "float32"), ((3, 3, 3, 17), "float32"), ((), "float16"), ((13,), "float16"),
@@ -73,8 +66,8 @@ def progress(world, what):
     print(f"checking {what}", file=sys.stderr, flush=True)
 
 
-def main():
-  world = comm.init(hvd, int(sys.argv[1]))
+def run(world, args):
+  """Raises AssertionError naming the algorithm and tensor that is not the mean; args: [MODELS]."""
   rank, size = world.rank, world.size
   print(f"rank {rank}: local {world.local_rank}/{world.local_size} node {world.cross_rank}/{world.cross_size}", flush=True)
 
@@ -98,7 +91,7 @@ def main():
   # 2: the full gradient lists. Whole numbers in [-8, 8] plus the rank, so
   # every sum and the mean (base + (size - 1) / 2) are exact in float32 and the
   # check is equality, cheap enough for 86 M elements per algorithm.
-  for model in (sys.argv[2] if len(sys.argv) > 2 else "resnet50,alexnet").split(","):
+  for model in (args[0] if args else "resnet50,alexnet").split(","):
     shapes = hvd.broadcast_object(gradient_sets.shapes(model) if rank == 0 else None)
     base = [((np.arange(np.prod(s), dtype=np.int64) * 7919 + i) % 17 - 8).astype(np.float32).reshape(s)
             for i, s in enumerate(shapes)]
@@ -142,8 +135,3 @@ def main():
     progress(world, f"training {config.allreduce}")
     for a, b in zip(train(config), reference):
       np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=config.allreduce)
-  print(f"OK rank {rank}", flush=True)
-
-
-if __name__ == "__main__":
-  main()

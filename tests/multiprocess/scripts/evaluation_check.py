@@ -1,27 +1,21 @@
-"""Run under horovodrun -np 2: training.evaluation.held_out's top-1, top-5 and loss are counts
+"""checks.py evaluation, on 2 ranks: training.evaluation.held_out's top-1, top-5 and loss are counts
 over every rank's examples, not a mean of rank means. Rank 0 holds 3 examples, each labelled
 with the model's first choice; rank 1 holds 9 in batches of 4 (a short last batch), 3 labelled
 with its second choice and 6 with its last: globally 3 of 12 top-1 hits and 6 of 12 top-5 hits
-(a mean of rank means would say 0.5 and 0.67). Prints 'OK rank N'."""
-import os
-import sys
+(a mean of rank means would say 0.5 and 0.67)."""
+import horovod.tensorflow as hvd
+import keras
+import numpy as np
+import tensorflow as tf
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
-
-import horovod.tensorflow as hvd  # noqa: E402
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import comm  # noqa: E402
-from comm import sync  # noqa: E402
-from training import evaluation  # noqa: E402
-from training.step import make_eval_step  # noqa: E402
+from comm import sync
+from training import evaluation
+from training.step import make_eval_step
 
 
-def main():
-  world = comm.init(hvd, 0)
-  assert world.size == 2
+def run(world, args):
+  """Raises AssertionError when the totals are not counts over both ranks; no args."""
+  assert world.size == 2 and not args, f"evaluation takes no arguments and 2 ranks, not {world.size}"
   keras.utils.set_random_seed(world.rank)  # different weights until the broadcast
   model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(10)])
   sync.broadcast_state(hvd, model.variables)
@@ -41,8 +35,3 @@ def main():
   log_softmax = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) \
       - logits.max(1, keepdims=True)
   np.testing.assert_allclose(held.loss, -log_softmax[np.arange(12), every].mean(), rtol=1e-5)
-  print(f"OK rank {world.rank}", flush=True)
-
-
-if __name__ == "__main__":
-  main()

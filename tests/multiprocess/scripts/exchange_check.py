@@ -1,23 +1,17 @@
-"""Run under horovodrun: the gradient exchange equals the numpy mean of all ranks' inputs,
-broadcast_state leaves every rank with rank 0's weights, and the train step's noise-scale norms
-are the mean of the ranks' own squared gradient norms and the squared norm of their mean
-(computed here from every rank's gradient, gathered). Prints 'OK rank N'."""
-import os
-import sys
+"""checks.py exchange [ALGORITHM]: the gradient exchange (default horovod) equals the numpy mean
+of all ranks' inputs, broadcast_state leaves every rank with rank 0's weights, and the train step's
+noise-scale norms are the mean of the ranks' own squared gradient norms and the squared norm of
+their mean (computed here from every rank's gradient, gathered)."""
+import horovod.tensorflow as hvd
+import numpy as np
+import tensorflow as tf
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
-
-import horovod.tensorflow as hvd  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import comm  # noqa: E402
-from comm import sync  # noqa: E402
-from comm.exchange import make_gradient_exchange  # noqa: E402
-from flags.config import CommConfig  # noqa: E402
-from models import build_model  # noqa: E402
-from optimizers import precision  # noqa: E402
-from training import step as step_lib  # noqa: E402
+from comm import sync
+from comm.exchange import make_gradient_exchange
+from flags.config import CommConfig
+from models import build_model
+from optimizers import precision
+from training import step as step_lib
 
 SHAPES = [(), (1,), (7,), (3, 5), (3, 3, 16, 32), (1001,), (0,), (64, 10)]
 
@@ -27,11 +21,10 @@ def rank_inputs(rank):
   return [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
 
 
-def main():
-  world = comm.init(hvd, int(os.environ.get("RANKS_PER_NODE", "0")))
+def run(world, args):
+  """Raises AssertionError when a property does not hold; args: [ALGORITHM]."""
   rank, size = world.rank, world.size
-
-  config = CommConfig(allreduce=os.environ.get("ALLREDUCE", "horovod"), fusion_threshold_mb=0.001)
+  config = CommConfig(allreduce=args[0] if args else "horovod", fusion_threshold_mb=0.001)
   exchange = tf.function(make_gradient_exchange(hvd, config, world))
   got = exchange([tf.constant(x) for x in rank_inputs(rank)])
   want = [np.mean([rank_inputs(r)[i] for r in range(size)], axis=0) for i in range(len(SHAPES))]
@@ -49,7 +42,6 @@ def main():
   gathered = hvd.allgather(tf.concat([tf.reshape(v, [-1]) for v in model.variables], 0)[None]).numpy()
   assert (gathered == gathered[0]).all()
   check_noise_norms(rank, size, exchange)
-  print(f"OK rank {rank}", flush=True)
 
 
 def check_noise_norms(rank, size, exchange):
@@ -72,7 +64,3 @@ def check_noise_norms(rank, size, exchange):
   np.testing.assert_allclose(float(out.sq_small), np.mean(np.sum(every ** 2, axis=1)), rtol=1e-5)
   np.testing.assert_allclose(float(out.sq_big), np.sum(np.mean(every, axis=0) ** 2), rtol=1e-5)
   assert float(out.sq_small) > float(out.sq_big) > 0  # different batches: a smaller mean
-
-
-if __name__ == "__main__":
-  main()

@@ -1,34 +1,41 @@
-"""Run under horovodrun -np 2: an fp16 step whose gradient overflows on one rank only is
+"""checks.py overflow, on 2 ranks or more: an fp16 step whose gradient overflows on rank 1 only is
 skipped on every rank (weights and LARS slots unchanged, loss scale halved), and the next
 clean step updates every rank identically; a stop request made on one rank is returned
-by the step on every rank. Prints 'OK rank N'.
+by the step on every rank.
 
 The step is train.py's own (training/step.py): scaled loss -> scaled grads -> exchange
 -> unscale -> one finite verdict -> LARS update or skip."""
-import os
-import sys
+import horovod.tensorflow as hvd
+import keras
+import numpy as np
+import tensorflow as tf
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
-
-import horovod.tensorflow as hvd  # noqa: E402
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-import comm  # noqa: E402
-from comm import sync  # noqa: E402
-from comm.exchange import make_gradient_exchange  # noqa: E402
-from flags.config import CommConfig  # noqa: E402
-from models import build_model  # noqa: E402
-from optimizers import precision  # noqa: E402
-from optimizers.lars import LARS  # noqa: E402
-from training.step import make_train_step  # noqa: E402
+from comm import sync
+from comm.exchange import make_gradient_exchange
+from flags.config import CommConfig
+from models import build_model
+from optimizers import precision
+from optimizers.lars import LARS
+from training.step import make_train_step
 
 
-def main():
-  world = comm.init(hvd)
-  rank = world.rank
+def run(world, args):
+  """Raises AssertionError when a rank applies the overflowing step or the ranks differ; no args.
+
+  The fp16 policy is Keras' global one, which every model built later in this
+  process would take: the one before is restored however the check ends.
+  """
+  assert world.size >= 2 and not args, f"overflow takes no arguments and 2 ranks or more, not {world.size}"
+  before = keras.mixed_precision.global_policy()
   keras.mixed_precision.set_global_policy(precision.POLICIES["fp16"])
+  try:
+    _overflow_is_skipped_everywhere(world)
+  finally:
+    keras.mixed_precision.set_global_policy(before)
+
+
+def _overflow_is_skipped_everywhere(world):
+  rank = world.rank
   keras.utils.set_random_seed(0)
   model = build_model("resnet20", 10, (8, 8, 1))
   optimizer = LARS(learning_rate=1.0, momentum=0.9, weight_decay=1e-4, eta=0.01)
@@ -71,8 +78,3 @@ def main():
   # A stop request on one rank comes back from the step on every rank.
   stop = train_step(images, labels, tf.constant(1.0), tf.constant(10 if rank == 1 else 0)).stop
   assert int(stop) == 10, int(stop)
-  print(f"OK rank {rank}", flush=True)
-
-
-if __name__ == "__main__":
-  main()
