@@ -84,7 +84,7 @@ def serial_reducescatter(hvd) -> bool:
   Horovod 0.28.1's Gloo reduce-scatter sometimes returns wrong values when its
   runtime fuses several pending ones into its fusion buffer: 4 of 40 steps of
   8 concurrent reduce-scatters on 2 ranks with the 2 cores busy
-  (tests/multiprocess/scripts/reducescatter_check.py raw), and 7 of 40 through hier before this
+  (tests/multiprocess/scripts/checks.py reducescatter 40 raw), and 7 of 40 through hier before this
   (the CI failure of an AlexNet check). A lone one (its own temporary
   buffer), MPI's fused one and Gloo's with HOROVOD_FUSION_THRESHOLD=0 were
   right in every step, so on Gloo each hier bucket waits for the previous
