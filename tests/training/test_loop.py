@@ -51,7 +51,7 @@ class Run:
   def step(self, images, labels, lr, stop):
     taking = self.course.step + 1
     agreed = 15 if taking == self.stop_at else stop
-    return StepOut(loss=1.0, correct=2.0, finite=taking not in self.nonfinite, stop=agreed)
+    return StepOut(loss=1.0, correct=2.0, finite=taking not in self.nonfinite, stop=agreed, sq_small=0.0, sq_big=0.0)
 
   def evaluate(self, on_batch):
     if len([e for e in self.events if e[0] == "eval"]) >= self.max_evals:
