@@ -1,12 +1,10 @@
-"""Mixed precision: the Keras policies, the loss-scale state machine, and fp16/bf16 runs over real ranks."""
-import json
-
+"""Mixed precision: the Keras policies, the loss-scale state machine, the CPU warning (the fp16 step over
+real ranks: tests/multiprocess/test_checks.py; LARS in fp16 through train.py: test_fashion_mnist.py)."""
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import MODEL, horovodrun
 from models import build_model
 from optimizers import precision
 
@@ -122,15 +120,3 @@ def test_mixed_policy_keeps_fp32_variables_logits_and_bn_statistics(policy, name
   bn = model.get_layer("stage1_block1_bn1")
   assert bn.moving_mean.dtype == "float32" and bn.moving_variance.dtype == "float32"
   assert not np.allclose(bn.moving_mean.numpy(), 0.0)  # statistics were updated, in fp32
-
-
-@pytest.mark.multiprocess
-def test_train_py_runs_lars_in_fp16_with_label_smoothing(tmp_path):
-  proc = horovodrun(2, "python", "train.py", f"--model_dir={tmp_path}", f"--model={MODEL}", "--optimizer=lars",
-                    "--precision=fp16", "--label_smoothing=0.1", "--base_lr=20", "--lr_schedule=poly",
-                    "--batch_size=16", "--max_steps=6", "--log_every=2", check=True, timeout=300)
-  summary = json.load(open(tmp_path / "summary.json"))
-  assert (summary["optimizer"], summary["precision"], summary["steps"]) == ("lars", "fp16", 6)
-  assert summary["replicas_identical"] is True
-  assert np.isfinite(summary["final_loss"])
-  assert "batch 16 per rank, global 32" in proc.stderr
