@@ -24,7 +24,6 @@ scalars, checkpoints, summary.json and, at the end, a SavedModel to serve
 (<model_dir>/export/); the final line on stdout is a JSON summary (final_top1,
 final_top5, final_loss, images_per_sec, ranks, global_batch, time_to_target_seconds, ...).
 """
-import json
 import os
 import sys
 import time
@@ -41,7 +40,6 @@ from absl import app, logging  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
 
 from flags import train_flags as flags  # noqa: E402  (define_flags, build_config, ...)
-from flags.config import Source  # noqa: E402
 import comm  # noqa: E402
 from comm import sync  # noqa: E402
 from comm.exchange import make_gradient_exchange  # noqa: E402
@@ -57,7 +55,6 @@ from training.saving import Saver  # noqa: E402
 
 flags.define_flags()
 FLAGS = absl_flags.FLAGS
-PEER_GRACE_SECONDS = 3  # see main()
 
 
 def fail(message: str) -> None:
@@ -67,15 +64,7 @@ def fail(message: str) -> None:
 
 
 def main(argv):
-  """train(), and one line instead of a traceback when another rank dies under it.
-
-  A SIGKILLed Gloo peer left the survivor a Horovod traceback ("Horovod has been shut
-  down ..."). The survivor waits for the launcher's SIGTERM, at most PEER_GRACE_SECONDS,
-  before it speaks: when the peer ended on purpose (rank 0 failing a save on a full disk
-  exits 2), that status reaches the launcher first and its line stays the first one (without
-  the wait, the survivor's exit 5 came first); Gloo's horovodrun SIGKILLs 5 s after its SIGTERM.
-  os._exit: Horovod's exit-time shutdown would wait on the dead peer's transport.
-  """
+  """train(), and one line instead of a traceback when another rank dies under it (report.peer_lost)."""
   if len(argv) > 1:
     fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value (see --helpfull).")
   # A signal from here on asks for a stop after the step it arrives in
@@ -88,10 +77,7 @@ def main(argv):
     reason = sync.peer_failure(e)
     if reason is None:
       raise
-    stop_request.wait(PEER_GRACE_SECONDS)  # the launcher's SIGTERM ends the wait
-    emit(report.peer_lost_line(reason, checkpoints.newest(FLAGS.model_dir) if FLAGS.model_dir else None))
-    sys.stdout.flush()
-    os._exit(outcome.PEER_LOST)
+    report.peer_lost(reason, stop_request, checkpoints.newest(FLAGS.model_dir) if FLAGS.model_dir else None)
 
 
 def train(stop_request: signals.StopRequest):
@@ -203,28 +189,20 @@ def model_and_optimizer(config, info, log):
                        zero_init_residual=config.model.zero_init_residual)
   log("model %s: %s trainable parameters, precision %s", config.model.name,
       f"{sum(int(tf.size(v)) for v in model.trainable_variables):,}", config.optim.precision)
-  slow = None if tf.config.list_physical_devices("GPU") else precision.slow_on_cpu(
-      config.optim.precision, precision.cpu_flags())
-  if slow:  # a choice the user may have made for a GPU or an AMX machine: said, not refused
-    log("warning: %s", slow)
+  if not tf.config.list_physical_devices("GPU") and (slow := precision.slow_on_cpu(config.optim.precision,
+                                                                                  precision.cpu_flags())):
+    log("warning: %s", slow)  # a choice the user may have made for a GPU or an AMX machine: said, not refused
   optimizer = build_optimizer(config.optim, model.trainable_variables)
   return model, optimizer, precision.for_precision(config.optim.precision)  # loss scale: identity unless fp16
 
 
 # ------------------------------------------------------------- checkpoint --
 def restore(config, world, mode, model, optimizer, data):
-  """The step variable and the saver, after rank 0 restored the newest checkpoint (if any).
-
-  The step lives in the checkpoint, so a restarted run continues the same LR schedule and the
-  same data order; the mode then shares rank 0's state. training/saving.py: every save agrees
-  on finite weights first; training/checkpoints.py: saves are atomic, a damaged newest
-  checkpoint is set aside for the one before it.
-  """
-  step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-  checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
-  floating = [v for v in model.variables + optimizer.variables if tf.as_dtype(v.dtype).is_floating]
-  saver = Saver(checkpoint, config.run.model_dir, config.run.keep_checkpoints, mode.log, floating,
-                any_rank=lambda flag: sync.any_rank(hvd, flag, "nonfinite_state"))
+  """The step variable and the saver, after rank 0 restored the newest checkpoint (if any; the mode
+  shares it). training/saving.py: every save agrees on finite weights first; training/checkpoints.py:
+  saves are atomic, a damaged newest checkpoint is set aside for the one before it."""
+  step_var, saver = Saver.of_model(model, optimizer, config.run, mode.log,
+                                   any_rank=lambda flag: sync.any_rank(hvd, flag, "nonfinite_state"))
   if world.is_chief:
     try:
       if saver.writer().restore_newest() is not None:
@@ -250,17 +228,11 @@ def finish(result: modes.WorldRun, model, saver, watchdog, stop_request, mode, i
   # A model users can serve: rank 0's weights (identical everywhere) with the evaluation
   # preprocessing inside (training/export.py); not for a stopped or diverged run.
   if world.is_chief and config.run.export and ending.status in (outcome.OK, outcome.TARGET_REACHED):
-    if config.data.source is Source.SYNTHETIC:
-      mode.log("export skipped: synthetic batches have no image format to serve")
-    else:
-      watchdog.mark("export")  # tracing the serving function: first-time work, the start-up allowance
-      summary["export"] = export.export(model, info, config.run.model_dir)
-  if world.is_chief:
-    write_json_atomic(os.path.join(config.run.model_dir, "summary.json"), summary)
-    line = report.final_line(ending, stop_request.reason, saver.newest, config.evaluation)
-    if line:
-      emit(line)
-    emit(json.dumps(summary), sys.stdout)
+    watchdog.mark("export")  # tracing the serving function: first-time work, the start-up allowance
+    summary.update(export.for_run(model, info, config, mode.log))
+  if world.is_chief:  # summary.json, the stop/divergence/target line, the JSON line on stdout
+    report.publish(summary, report.final_line(ending, stop_request.reason, saver.newest, config.evaluation),
+                   config.run.model_dir)
   watchdog.close()
   stop_request.close()
   signals.leave(outcome.exit_status(ending.status), together=lambda: sync.barrier(hvd, "exit"))

@@ -14,7 +14,7 @@ import shutil
 
 import tensorflow as tf
 
-from flags.config import DatasetInfo
+from flags.config import DatasetInfo, Source
 from input import preprocessing
 
 EXPORT_DIR = "export"  # under --model_dir
@@ -52,3 +52,12 @@ def export(model, info: DatasetInfo, model_dir: str) -> str:
   shutil.rmtree(path, ignore_errors=True)
   os.replace(tmp, path)
   return path
+
+
+def for_run(model, info: DatasetInfo, config, log) -> dict:
+  """summary.json's {"export": path} after writing the run's SavedModel into <model_dir>/export/,
+  or {} for synthetic batches, which have no image format to serve (said in the log)."""
+  if config.data.source is Source.SYNTHETIC:
+    log("export skipped: synthetic batches have no image format to serve")
+    return {}
+  return {"export": export(model, info, config.run.model_dir)}

@@ -2,8 +2,14 @@
 loop's Ending (training/loop.py). Pure: test_faults, test_slurm and make faults parse these lines.
 """
 import dataclasses
+import json
+import os
+import sys
 
+from progress import emit, write_json_atomic
 from training import evaluation, loop, outcome, signals
+
+PEER_GRACE_SECONDS = 3  # see peer_lost
 
 
 def stop_line(reason: str, code: int, step: int, epochs: float, checkpoint: str | None) -> str:
@@ -35,6 +41,22 @@ def peer_lost_line(reason: str, newest: str | None) -> str:
           f"output; resume with the same command (newest checkpoint {newest or 'none'})")
 
 
+def peer_lost(reason: str, stop_request, newest: str | None) -> None:
+  """End this rank after a collective failed under it (comm.sync.peer_failure's reason): one line,
+  exit PEER_LOST, instead of a Horovod traceback ("Horovod has been shut down ...").
+
+  It waits for the launcher's SIGTERM first, at most PEER_GRACE_SECONDS: when the peer ended on
+  purpose (rank 0 failing a save on a full disk exits 2), that status reaches the launcher first
+  and its line stays the first one (without the wait, the survivor's exit 5 came first); Gloo's
+  horovodrun SIGKILLs 5 s after its SIGTERM. os._exit: Horovod's exit-time shutdown would wait on
+  the dead peer's transport.
+  """
+  stop_request.wait(PEER_GRACE_SECONDS)
+  emit(peer_lost_line(reason, newest))
+  sys.stdout.flush()
+  os._exit(outcome.PEER_LOST)
+
+
 def final_line(ending: loop.Ending, reason: str, newest: str | None, targets) -> str | None:
   """The line before the summary: why it stopped or diverged, or (with a target) whether the
   target was reached; None for a plain finished run. targets: the run's EvalConfig."""
@@ -45,6 +67,15 @@ def final_line(ending: loop.Ending, reason: str, newest: str | None, targets) ->
   if targets.has_target:
     return evaluation.target_line(targets, reached(ending), ending.held, ending.step, ending.epochs)
   return None
+
+
+def publish(summary: dict, line: str | None, model_dir: str) -> None:
+  """Rank 0's last words: <model_dir>/summary.json, the line before it (if any) on stderr, the
+  summary as one JSON line on stdout (what scripts read)."""
+  write_json_atomic(os.path.join(model_dir, "summary.json"), summary)
+  if line:
+    emit(line)
+  emit(json.dumps(summary), sys.stdout)
 
 
 def reached(ending: loop.Ending) -> dict:

@@ -7,6 +7,8 @@ by training/checkpoints.py.
 """
 import os
 
+import tensorflow as tf
+
 from optimizers import precision
 from training import checkpoints, elastic
 
@@ -23,6 +25,15 @@ class Saver:
     self.checkpoint, self.directory, self.keep, self.log = checkpoint, directory, keep, log
     self.floating, self.any_rank = list(floating), any_rank
     self.manager = None  # rank 0's checkpoints.Checkpoints, made by writer()
+
+  @classmethod
+  def of_model(cls, model, optimizer, run, log, any_rank=None):
+    """(the step variable, a Saver of model, optimizer and step): run is flags.config's RunConfig.
+    The step lives in the checkpoint, so a restarted run continues the same LR schedule and data order."""
+    step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step)
+    floating = [v for v in model.variables + optimizer.variables if tf.as_dtype(v.dtype).is_floating]
+    return step, cls(checkpoint, run.model_dir, run.keep_checkpoints, log, floating, any_rank)
 
   def writer(self) -> checkpoints.Checkpoints:
     """Become the rank that writes: rank 0 at start-up, and (--elastic) rank 0 of a new world."""
