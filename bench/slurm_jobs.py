@@ -35,6 +35,10 @@ def env() -> dict:
   e["PYTHONPATH"] = REPO + os.pathsep + e.get("PYTHONPATH", "")
   e.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
   e.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+  # As the Makefile: mpirun's default SIGKILLs the ranks 1 s after its SIGTERM, before a stopping
+  # rank checkpoints (docs/faults.md); `python -m bench.faults` or pytest run without make saw
+  # Ctrl-C end the job in 2 s with no stop line and no checkpoint at the stop.
+  e.setdefault("OMPI_MCA_odls_base_sigkill_timeout", "10")
   e["TF_CPP_MIN_LOG_LEVEL"] = "2"
   return e
 
