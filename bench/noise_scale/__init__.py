@@ -17,10 +17,12 @@ B_simple that the same runs measured (train.py --noise_scale) at the target.
 LR: warmup (1/4 epoch or 20 updates, whichever is longer) then constant, so the steps to a target
 do not depend on a decay laid over an arbitrary cap. The first peak LR for batch B follows
 McCandlish et al.'s optimal-LR form eps(B) = eps_max / (1 + B_guess / B): Goyal et al.'s linear
-rule below B_guess, saturating above (a linear rule at 4,096 would be 3.2 with SGD). Anchored at
-make time-to-accuracy's batch-64 LR (0.05), with B_guess = 1,000 (what its runs at 64 and 1,024
-imply). Then a local search by factors of 2: doubled while doubling reaches the target in fewer
-steps, else halved; each later run is capped at the best steps so far (past them it cannot win).
+rule below B_guess, saturating above (a linear rule at 4,096 would be 3.2 with SGD), with B_guess =
+1,000 (what make time-to-accuracy's runs at 64 and 1,024 imply). At 64 it starts from that study's
+LR (0.05); at each larger batch, from the best LR the search found at the batch before, carried
+along the curve. Then doubled while doubling reaches the target in fewer steps (halved instead only
+when nothing reached it), at most 3 runs a batch; each later run is capped at the best steps so far
+(past them it cannot win).
 
   study.py   the runs: flags, the LR search, reading a finished run back
   report.py  the fit, B_crit / B_simple, the table, the figure, results/noise_scale.{md,json,png}

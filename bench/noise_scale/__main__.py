@@ -45,12 +45,16 @@ def main(argv=None) -> None:
     print(result["text"])
     return
   start = time.time()
-  by_batch = {}
+  by_batch, previous = {}, None
   for k in budget.accumulations:
     batch = study.global_batch(k)
+    lr0 = study.start_lr(batch, previous)
     print(f"batch {batch:,} ({study.RANKS} ranks x {study.BN_BATCH} x {k} accumulation): LR search from "
-          f"{study.start_lr(batch):.3g}", flush=True)
-    by_batch[batch] = study.search(batch, lambda lr, cap: study.run(batch, lr, budget, args.runs_dir, args.reuse, cap))
+          f"{lr0:.3g}", flush=True)
+    by_batch[batch] = study.search(batch, lambda lr, cap: study.run(batch, lr, budget, args.runs_dir, args.reuse, cap),
+                                   lr0)
+    best = study.best_of(by_batch[batch])
+    previous = (batch, best["peak_lr"]) if best else previous
   text = report.write(by_batch, budget, args.out_dir, time.time() - start, cost.read(args.out_dir))
   print(text)
 

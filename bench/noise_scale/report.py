@@ -26,7 +26,7 @@ def summarize(by_batch: dict[int, list[dict]]) -> dict:
                  "tried": [{"peak_lr": r["peak_lr"], "reached": r["reached"], "steps": r["target_step"] or r["steps"],
                             "cap": r["cap"], "status": r["status"]} for r in runs],
                  "best_lr": best["peak_lr"] if best else None,
-                 "best_at_edge": bool(best) and len(runs) >= study.MAX_TRIES and best["peak_lr"] in (lrs[0], lrs[-1]),
+                 "best_at_edge": bool(best) and len(runs) >= study.MAX_TRIES and best["peak_lr"] == lrs[-1],
                  "steps": best["target_step"] if best else None,
                  "epochs": round(best["target_step"] * batch / study.TRAIN_IMAGES, 3) if best else None,
                  "b_simple_at_target": best["b_simple_at_target"] if best else None,

@@ -17,7 +17,7 @@ EVALS_PER_EPOCH = 8    # S is known to within 1/8 epoch
 EVAL_BATCH = 250
 ANCHOR_LR = 0.05       # make time-to-accuracy's (a): batch 64, SGD, 0.2 per 256
 B_GUESS = 1000         # B_crit as (a) and (b) of make time-to-accuracy imply it (bench/plan: 896)
-MAX_TRIES = 4          # LRs per batch
+MAX_TRIES = 3          # LRs per batch
 QUICK = dict(accumulations=(1, 2), target=0.3, max_epochs=0.5)
 
 
@@ -36,10 +36,13 @@ def steps_per_epoch(batch: int) -> int:
   return TRAIN_IMAGES // batch
 
 
-def start_lr(batch: int) -> float:
-  """The search's first peak LR: ANCHOR_LR at 64, eps_max / (1 + B_GUESS / B) (pure)."""
-  eps_max = ANCHOR_LR * (1 + B_GUESS / 64)
-  return eps_max / (1 + B_GUESS / batch)
+def start_lr(batch: int, previous: tuple[int, float] | None = None) -> float:
+  """The search's first peak LR (pure): eps_max / (1 + B_GUESS / B), McCandlish et al.'s optimal-LR
+  curve, through ANCHOR_LR at 64, or through the best LR of the previous batch searched,
+  previous = (its batch, its best LR): the curve's shape carried from where the search found
+  the optimum (at 64 and 256 it lay at 4x the anchor's curve)."""
+  at, lr = previous or (64, ANCHOR_LR)
+  return lr * (1 + B_GUESS / at) / (1 + B_GUESS / batch)
 
 
 def warmup_epochs(batch: int) -> float:
@@ -109,12 +112,14 @@ def better(new: dict, best: dict | None) -> bool:
   return new["reached"] and (best is None or new["target_step"] < best["target_step"])
 
 
-def search(batch: int, attempt) -> list[dict]:
-  """The LR search for one batch (pure but for attempt(lr, cap) -> run record): start_lr, then
-  doubled while that wins, else halved while that wins; at most MAX_TRIES runs, each after the
-  first capped at the best steps so far. The runs in the order taken."""
+def search(batch: int, attempt, lr0: float) -> list[dict]:
+  """The LR search for one batch (pure but for attempt(lr, cap) -> run record): lr0, then doubled
+  while that reaches the target in fewer steps; halved instead only if none reached it. At most
+  MAX_TRIES runs, each after the first capped at the best steps so far. The runs in the order taken.
+
+  Upward only: lr0 is the previous batch's best carried along the optimal-LR curve, which rises
+  with the batch, and each doubling costs a run of up to the steps to beat (hours at 4,096)."""
   runs, best = [], None
-  lr0 = start_lr(batch)
 
   def take(lr):
     nonlocal best
@@ -129,8 +134,8 @@ def search(batch: int, attempt) -> list[dict]:
     lr = lr0 * factor
     while len(runs) < MAX_TRIES and take(lr):
       lr *= factor
-    if best is not None and best["peak_lr"] != lr0:
-      break  # the first direction won: the other cannot
+    if best is not None:
+      break  # halving is for a start that reached nothing
   return runs
 
 

@@ -17,6 +17,12 @@ def test_start_lr_follows_the_optimal_lr_curve(batch, want):
   assert study.start_lr(batch) == pytest.approx(want, abs=5e-4)
 
 
+def test_start_lr_carries_the_previous_batchs_best_along_the_curve():
+  # The search found 0.2 best at 64 (4x the anchor): 128 starts at 4x the curve's 0.0943.
+  assert study.start_lr(128, (64, 0.2)) == pytest.approx(4 * study.start_lr(128))
+  assert study.start_lr(512, (256, 0.68)) == pytest.approx(0.68 * (1 + 1000 / 256) / (1 + 1000 / 512))
+
+
 @pytest.mark.parametrize("batch, warmup, every", [(64, 0.25, 117), (512, 0.25, 15), (4096, 1.3653, 2)])
 def test_warmup_and_evaluation_spacing(batch, warmup, every):
   assert study.warmup_epochs(batch) == pytest.approx(warmup, abs=1e-4)
@@ -47,23 +53,24 @@ def fake(batch: int, steps_by_factor: dict):
 
 
 def test_search_doubles_while_doubling_wins_and_caps_each_later_run():
-  attempt, calls = fake(64, {1: 900, 2: 700, 4: 650, 8: 800})
-  runs = study.search(64, attempt)
-  assert calls == [(1, None), (2, 900), (4, 700), (8, 650)]  # MAX_TRIES: no fifth
+  attempt, calls = fake(64, {1: 900, 2: 700, 4: 650, 8: 600})
+  runs = study.search(64, attempt, study.start_lr(64))
+  assert calls == [(1, None), (2, 900), (4, 700)]  # MAX_TRIES: no fourth
   assert study.best_of(runs)["peak_lr"] == pytest.approx(4 * study.start_lr(64))
 
 
-def test_search_halves_when_doubling_does_not_win():
-  attempt, calls = fake(1024, {1: 300, 0.5: 250, 0.25: 400})
-  runs = study.search(1024, attempt)
-  assert calls == [(1, None), (2, 300), (0.5, 300), (0.25, 250)]
-  assert study.best_of(runs)["target_step"] == 250
+def test_search_stops_when_doubling_does_not_win():
+  attempt, calls = fake(1024, {1: 300, 2: 320, 0.5: 250})
+  runs = study.search(1024, attempt, study.start_lr(1024))
+  assert calls == [(1, None), (2, 300)]  # a start that reached: no halving
+  assert study.best_of(runs)["target_step"] == 300
 
 
-def test_search_when_nothing_reaches_the_target():
-  attempt, calls = fake(4096, {})
-  assert study.best_of(study.search(4096, attempt)) is None
-  assert calls == [(1, None), (2, None), (0.5, None)]  # up once, down once
+def test_search_halves_when_nothing_reaches_the_target():
+  attempt, calls = fake(4096, {0.5: 90})
+  runs = study.search(4096, attempt, study.start_lr(4096))
+  assert calls == [(1, None), (2, None), (0.5, None)]
+  assert study.best_of(runs)["target_step"] == 90
 
 
 def run(batch, lr, steps, b_simple, reached=True):
