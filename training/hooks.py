@@ -20,6 +20,9 @@ class Watching(Hook):
   def after_eval_batch(self, step):
     self.watchdog.progress(step, "eval", timed=False)
 
+  def after_eval(self, step, nominal, held):
+    self.watchdog.evaluated(step)
+
   def after_save(self, step):
     self.watchdog.progress(step, "checkpoint", timed=False)
 

@@ -15,7 +15,10 @@ work runs (the set-up, the first step, the first evaluation or checkpoint:
 model building, tracing, the hybrid probe) twice --stall_timeout and at least
 STARTUP_SECONDS, with each stage of the set-up counting as progress. (A
 30 s limit cut a healthy job short at its first evaluation, tracing the eval
-step with both cores loaded 8 times over.) Rank 0 fires first; the others wait
+step with both cores loaded 8 times over.) The first evaluation stays first-time
+work until it has ended (evaluated()), not after this rank's first batch: its
+closing exchange waits for peers still tracing theirs (rank 0, done with its
+batches, fired at a 10 s limit while rank 1 traced its first batch for 12 s). Rank 0 fires first; the others wait
 GRACE_SECONDS more, so the line users read is rank 0's, which names the
 culprit: every rank writes a heartbeat file (step, phase, time, host, pid)
 into <model_dir>/heartbeats every HEARTBEAT_SECONDS from this thread, so a
@@ -139,9 +142,19 @@ class Watchdog:
     kind = KINDS.get(phase, "setup")
     if timed and kind in self._done_kinds and self.phase in ("input", "step"):
       self._step_seconds = (self._step_seconds + [now - self._progress_time])[-RECENT_STEPS:]
-    if kind != "setup":  # every stage of the set-up is first-time work (restoring, broadcasting, tracing)
+    if kind not in ("setup", "eval"):  # every stage of the set-up is first-time work (restoring, broadcasting, tracing)
       self._done_kinds.add(kind)
     self.step, self.phase, self._progress_time = step, phase, now
+
+  def evaluated(self, step: int) -> None:
+    """An evaluation ended, its exchange with the other ranks included: the next is not first-time work."""
+    self.progress(step, "eval", timed=False)
+    self._done_kinds.add("eval")
+
+  def limit(self) -> float:
+    """The stall limit for the work under way now; other ranks wait GRACE_SECONDS longer than rank 0."""
+    first_time = KINDS.get(self.phase, "setup") not in self._done_kinds
+    return stall_limit(self.floor, self._step_seconds, first_time) + (GRACE_SECONDS if self.rank else 0.0)
 
   def close(self) -> None:
     self._done.set()
@@ -190,9 +203,7 @@ class Watchdog:
       if now - last_beat >= HEARTBEAT_SECONDS:
         self._beat()
         last_beat = now
-      limit = stall_limit(self.floor, self._step_seconds, KINDS.get(self.phase, "setup") not in self._done_kinds)
-      if self.rank:
-        limit += GRACE_SECONDS
+      limit = self.limit()
       idle = now - self._progress_time
       if idle > limit and not self._done.is_set():
         self._fire(idle, limit)

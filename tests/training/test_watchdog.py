@@ -23,6 +23,27 @@ def test_stall_limit(floor, steps, first_time, want):
   assert watchdog.stall_limit(floor, steps, first_time) == want
 
 
+def test_the_first_evaluation_is_first_time_work_until_it_has_ended(tmp_path):
+  # Rank 0 done with its first evaluation's batches waits in the closing exchange for a rank still
+  # tracing its own: a 10 s limit there ended a healthy job (make test, both cores loaded).
+  dog = watchdog.Watchdog(rank=0, size=2, floor_seconds=10, directory=str(tmp_path))
+  for step in (1, 2):
+    dog.mark("step")
+    dog.progress(step)
+  assert dog.limit() == 10
+  dog.mark("eval")
+  dog.progress(2, "eval", timed=False)
+  assert dog.limit() == watchdog.STARTUP_SECONDS
+  dog.evaluated(2)
+  dog.mark("step")
+  dog.progress(3)
+  dog.mark("eval")
+  dog.progress(3, "eval", timed=False)
+  assert dog.limit() == 10
+  assert watchdog.Watchdog(rank=1, size=2, floor_seconds=10, directory=str(tmp_path)).limit() == \
+      watchdog.STARTUP_SECONDS + watchdog.GRACE_SECONDS
+
+
 def beat(step, phase, age, progress_age=None, host="h2", pid=42):
   now = 1000.0
   return {"host": host, "pid": pid, "step": step, "phase": phase, "beat_time": now - age,
