@@ -26,6 +26,21 @@ def numbers(text: str, flag: str, parser) -> list[int]:
   return values
 
 
+def measurements(text: str, parser) -> list[tuple[int, float, bool]]:
+  """--measured=1024:2.48,4096:>4 as [(1024, 2.48, True), (4096, 4.0, False)]: epochs to the target
+  at a global batch, '>' for a run that did not reach it in that many."""
+  out = []
+  for item in filter(None, text.split(",")):
+    batch, _, epochs = item.partition(":")
+    try:
+      out.append((int(batch), float(epochs.lstrip(">")), not epochs.startswith(">")))
+    except ValueError:
+      parser.error(f"--measured={text}: pass BATCH:EPOCHS pairs ('>' for not reached), e.g. --measured=1024:2.5,4096:>4")
+    if out[-1][0] < 1 or out[-1][1] <= 0:
+      parser.error(f"--measured={text}: batches and epochs must be positive")
+  return out
+
+
 def parse_args(argv=None):
   parser = argparse.ArgumentParser(prog="python -m bench.plan", description=plan.__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -46,6 +61,9 @@ def parse_args(argv=None):
   parser.add_argument("--max_ranks", type=int, default=2048, help="ranks 1, 2, 4, ... up to this (default 2,048)")
   parser.add_argument("--max_epochs", type=float,
                       help="also say the largest global batch that reaches the target within this many epochs")
+  parser.add_argument("--measured", default="",
+                      help="epochs to the target measured at other global batches, to set beside the model's: "
+                      "BATCH:EPOCHS,... ('>' for not reached in that many), e.g. 1024:2.5,4096:>4")
   parser.add_argument("--no_overlap", action="store_true", help="the exchange starts after backprop")
   parser.add_argument("--name", help="results/plan_NAME.{md,json,png} (default: workload_cluster)")
   parser.add_argument("--out_dir", default=RESULTS, help="where the plan goes (default: results/)")
@@ -54,6 +72,7 @@ def parse_args(argv=None):
     value = getattr(args, flag)
     if value is not None and value <= 0:
       parser.error(f"--{flag}={value} must be positive")
+  args.measured = measurements(args.measured, parser)
   if args.max_ranks < 1 or args.ranks_per_node < 1:
     parser.error("--max_ranks and --ranks_per_node must be positive")
   return parser, args
@@ -106,7 +125,7 @@ def main(argv=None) -> None:
   shown = " ".join(["python -m bench.plan", *(argv if argv is not None else sys.argv[1:])])
   settings = {"name": name, "ratio": args.ratio, "images_per_sec": speed, "overlap": not args.no_overlap,
               "max_epochs": args.max_epochs, "per_rank_batches": per_rank, "accumulation": accumulations,
-              "ranks": ranks, "command": shown}
+              "ranks": ranks, "command": shown, "measured": args.measured}
   print(report.write(work, cluster, points, settings, args.out_dir))
 
 

@@ -25,9 +25,24 @@ def describe(q: Point) -> str:
           f"{q.gpu_hours:,.2f} GPU-hours")
 
 
-def findings(workload: Workload, points: list[Point], ratio: float, max_epochs: float | None = None) -> list[str]:
+def against(workload: Workload, ratio: float, measured: list[tuple[int, float, bool]]) -> list[str]:
+  """The model's epochs to the target at each measured (global batch, epochs, reached) beside the
+  measurement; a run that did not reach the target is a lower bound (pure)."""
+  out = []
+  for batch, epochs, reached in measured:
+    mine = predict.epochs_at(workload, batch, ratio)
+    steps = mine * workload.train_images / batch
+    seen = f"{epochs:.2f} ({mine / epochs:.2f}x)" if reached else \
+        f"not reached within {epochs:g} ({'consistent' if mine > epochs else 'the model expected it to'})"
+    out.append(f"At global batch {batch:,} the model predicts {mine:.2f} epochs ({steps:,.0f} steps); measured {seen}.")
+  return out
+
+
+def findings(workload: Workload, points: list[Point], ratio: float, max_epochs: float | None = None,
+             measured: list[tuple[int, float, bool]] = ()) -> list[str]:
   """The plan's answers, one sentence each: the least time, the least GPU-hours, where doubling the
-  ranks stops paying, the largest batch within max_epochs, and the plan at the reference run."""
+  ranks stops paying, the largest batch within max_epochs, the plan at the reference run and the
+  model against the measured epochs of other batches."""
   best = predict.best_by_ranks(points)
   fastest, cheapest = min(points, key=lambda q: q.seconds), min(points, key=lambda q: q.gpu_hours)
   # The fewest GPU-hours are the fewest examples, the smallest batch on one rank: days. What a
@@ -53,7 +68,7 @@ def findings(workload: Workload, points: list[Point], ratio: float, max_epochs: 
     if mine:
       out.append(f"At {ranks:,} ranks x {per_rank} x {accumulation} the plan predicts {duration(mine.seconds)} "
                  f"against {what} {duration(seconds)} ({mine.seconds / seconds:.2f}x).")
-  return out
+  return out + against(workload, ratio, measured)
 
 
 def best_table(points: list[Point]) -> str:
@@ -106,7 +121,7 @@ def setup(workload: Workload, cluster: Cluster, settings: dict) -> list[str]:
 def markdown(workload: Workload, cluster: Cluster, points: list[Point], settings: dict) -> str:
   """The plan's page. settings: name, command, ratio, images_per_sec (per rank, as planned), overlap, max_epochs."""
   bullets = lambda lines: "\n".join(f"- {line}" for line in lines)
-  answers = findings(workload, points, settings["ratio"], settings.get("max_epochs"))
+  answers = findings(workload, points, settings["ratio"], settings.get("max_epochs"), settings.get("measured", ()))
   return f"""# Plan: {workload.name} on {cluster.name}
 
 `{settings['command']}`
@@ -166,7 +181,8 @@ def write(workload: Workload, cluster: Cluster, points: list[Point], settings: d
   with open(base + ".json", "w") as fh:
     json.dump({"workload": dataclasses.asdict(workload), "cluster": {"name": cluster.name, "stated": cluster.stated},
                "settings": settings, "s_min": s_min, "e_min": e_min, "b_crit": settings["ratio"] * workload.b_simple,
-               "findings": findings(workload, points, settings["ratio"], settings.get("max_epochs")),
+               "findings": findings(workload, points, settings["ratio"], settings.get("max_epochs"),
+                                    settings.get("measured", ())),
                "points": [dict(dataclasses.asdict(q), step=q.step, gpu_hours=q.gpu_hours) for q in points]},
               fh, indent=1)
   figure(workload, cluster, points, base + ".png")

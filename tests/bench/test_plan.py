@@ -145,6 +145,14 @@ def test_findings_hold_the_plan_against_a_reference_run():
   assert len(report.findings(elsewhere, TIMES, 1.0)) == 4  # not among the points: nothing to hold it against
 
 
+def test_the_model_beside_measured_epochs():
+  lines = report.against(STUDY, 1.0, [(1024, 3.9, True), (4096, 4.0, False), (4096, 9.0, False)])
+  assert lines[0] == "At global batch 1,024 the model predicts 3.00 epochs (176 steps); measured 3.90 (0.77x)."
+  assert lines[1].endswith("measured not reached within 4 (consistent).")
+  assert lines[2].endswith("measured not reached within 9 (the model expected it to).")
+  assert report.findings(STUDY, TIMES, 1.0, measured=[(1024, 3.9, True)])[-1] == lines[0]
+
+
 def test_tables():
   rows = report.best_table(TIMES).splitlines()
   assert len(rows) == 7 and rows[2].startswith("| 1 | 64 (64) |")
@@ -173,6 +181,8 @@ def test_write(tmp_path):
     (["--workload=resnet50-imagenet", "--b_simple=-1"], "--b_simple=-1.0 must be positive"),
     (["--workload=resnet50-imagenet", "--cost_model=1,2"], "--cost_model=1,2"),
     (["--summary=/nonexistent/summary.json"], "--summary=/nonexistent/summary.json"),
+    (["--workload=resnet50-imagenet", "--measured=4096"], "--measured=4096: pass BATCH:EPOCHS pairs"),
+    (["--workload=resnet50-imagenet", "--measured=0:1"], "must be positive"),
 ])
 def test_bad_arguments_name_the_flag(argv, message, capsys):
   with pytest.raises(SystemExit):
