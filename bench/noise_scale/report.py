@@ -9,6 +9,12 @@ import statistics
 from bench.noise_scale import study
 from training import noise_scale
 
+# B_simple's moving average (decay 0.99 a step, a window of ~100 steps) gives the value at the
+# target only in a run four windows long (0.99^400: 2% of the weight left on the steps before);
+# in a shorter run it is a mean over most of the run, lower, since the noise scale grows as the
+# loss falls. The ratio takes the runs this long; the others are shown.
+SETTLED_STEPS = 400
+
 
 def simple_prediction(points: list[tuple[int, int]], b_simple: float) -> float:
   """S_min of the curve S = S_min (1 + B_simple / B) through (batch, steps) points, its one scale
@@ -34,9 +40,12 @@ def summarize(by_batch: dict[int, list[dict]]) -> dict:
     if best:
       points.append((batch, best["target_step"]))
   out = {"rows": rows, "fit": None, "b_simple": None, "ratio": None, "prediction": None}
-  measured = [r["b_simple_at_target"] for r in rows if r["b_simple_at_target"]]
+  measured = [r for r in rows if r["b_simple_at_target"]]
+  settled = [r for r in measured if r["steps"] >= SETTLED_STEPS] or measured
   if measured:
-    out["b_simple"] = {"median": statistics.median(measured), "min": min(measured), "max": max(measured)}
+    values = [r["b_simple_at_target"] for r in settled]
+    out["b_simple"] = {"median": statistics.median(values), "min": min(values), "max": max(values),
+                       "batches": [r["batch"] for r in settled], "settled": settled is not measured}
   if len({b for b, _ in points}) >= 2:
     fit = noise_scale.fit_tradeoff([(s, s * b) for b, s in points])
     out["fit"] = {"s_min": fit.s_min, "e_min": fit.e_min, "e_min_epochs": fit.e_min / study.TRAIN_IMAGES,
@@ -95,8 +104,12 @@ def findings(s: dict, budget: study.Budget) -> str:
                  f"{'above' if f['b_crit'] > max(batches) else 'below'} them.")
   if s["b_simple"]:
     b = s["b_simple"]
-    out.append(f"B_simple measured at the target: median {b['median']:,.0f} over the batches "
-               f"({b['min']:,.0f} to {b['max']:,.0f}).")
+    over = ", ".join(f"{x:,}" for x in b["batches"])
+    out.append(f"B_simple measured at the target: median {b['median']:,.0f} ({b['min']:,.0f} to {b['max']:,.0f}) "
+               f"over batch {over}" + (f", the runs of {SETTLED_STEPS}+ steps to the target, where the moving "
+                                       "average is the value there; in shorter runs it averages most of the run, "
+                                       "in which the noise scale was growing (lower values in the table)."
+                                       if b["settled"] else "."))
   if s["ratio"]:
     out.append(f"**B_crit / B_simple = {s['ratio']:.2f}** (McCandlish et al. found B_simple close to B_crit, "
                f"within a small factor, on most tasks). The curve B_simple predicts, its one scale fitted, "

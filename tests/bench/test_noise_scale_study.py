@@ -94,6 +94,15 @@ def test_the_report_fits_b_crit_and_sets_it_beside_b_simple():
   assert "| 256 (4) | 0.1: 490.625, 0.2: not by 900 |" in report.table(s["rows"])
 
 
+def test_b_simple_is_taken_from_runs_long_enough_for_its_average_to_settle():
+  by_batch = {64: [run(64, 0.1, 900, 300.0)], 128: [run(128, 0.1, 500, 250.0)], 1024: [run(1024, 0.1, 150, 90.0)]}
+  b = report.summarize(by_batch)["b_simple"]
+  assert (b["median"], b["batches"], b["settled"]) == (275.0, [64, 128], True)
+  assert "over batch 64, 128, the runs of 400+ steps" in report.findings(report.summarize(by_batch), study.Budget())
+  short = report.summarize({1024: [run(1024, 0.1, 150, 90.0)], 2048: [run(2048, 0.1, 120, 70.0)]})["b_simple"]
+  assert (short["median"], short["settled"]) == (80.0, False)
+
+
 def test_simple_prediction_recovers_the_scale_of_an_exact_curve():
   points = [(b, 50 * (1 + 800 / b)) for b in (64, 512, 4096)]
   assert report.simple_prediction(points, 800) == pytest.approx(50)
