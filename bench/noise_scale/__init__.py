@@ -5,6 +5,7 @@
   python -m bench.noise_scale --reuse          # the report again from the runs on disk
   python -m bench.noise_scale --cost           # the measurement's cost per step, alternating runs
   python -m bench.noise_scale --quick --out_dir=/tmp/ns   # a smoke run: two batches, a low target
+  python -m bench.noise_scale --reuse --tries=2048:1,4096:2 --lr=4096:1.34   # results/noise_scale.md's
 
 The study: ResNet-8 on Fashion-MNIST (60,000 training images; the 10,000 test images held out),
 2 ranks on this host, BatchNorm batch 32 per rank (Goyal et al.'s fixed n, so only the update's
@@ -22,7 +23,8 @@ rule below B_guess, saturating above (a linear rule at 4,096 would be 3.2 with S
 LR (0.05); at each larger batch, from the best LR the search found at the batch before, carried
 along the curve. Then doubled while doubling reaches the target in fewer steps (halved instead only
 when nothing reached it), at most 3 runs a batch; each later run is capped at the best steps so far
-(past them it cannot win).
+(past them it cannot win). `--tries` cuts the search at some batches to fit a time budget and
+`--lr` sets a first LR by hand; the report states both.
 
   study.py   the runs: flags, the LR search, reading a finished run back
   report.py  the fit, B_crit / B_simple, the table, the figure, results/noise_scale.{md,json,png}

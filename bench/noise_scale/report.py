@@ -22,8 +22,11 @@ def simple_prediction(points: list[tuple[int, int]], b_simple: float) -> float:
   return math.exp(statistics.fmean(math.log(s) - math.log(1 + b_simple / b) for b, s in points))
 
 
-def summarize(by_batch: dict[int, list[dict]]) -> dict:
-  """The rows (one per batch), the fit, B_simple's median at the target, their ratio (pure)."""
+def summarize(by_batch: dict[int, list[dict]], tries: dict[int, int] | None = None,
+              starts: dict[int, float] | None = None) -> dict:
+  """The rows (one per batch), the fit, B_simple's median at the target, their ratio (pure).
+  tries: the runs the search was allowed per batch where not study.MAX_TRIES; starts: the first
+  LRs set by hand (--lr) instead of carried along the curve."""
   rows, points = [], []
   for batch in sorted(by_batch):
     runs, best = by_batch[batch], study.best_of(by_batch[batch])
@@ -32,7 +35,9 @@ def summarize(by_batch: dict[int, list[dict]]) -> dict:
                  "tried": [{"peak_lr": r["peak_lr"], "reached": r["reached"], "steps": r["target_step"] or r["steps"],
                             "cap": r["cap"], "status": r["status"]} for r in runs],
                  "best_lr": best["peak_lr"] if best else None,
-                 "best_at_edge": bool(best) and len(runs) >= study.MAX_TRIES and best["peak_lr"] == lrs[-1],
+                 "tries": (tries or {}).get(batch, study.MAX_TRIES), "start_set": batch in (starts or {}),
+                 "best_at_edge": bool(best) and len(runs) >= (tries or {}).get(batch, study.MAX_TRIES)
+                 and best["peak_lr"] == lrs[-1],
                  "steps": best["target_step"] if best else None,
                  "epochs": round(best["target_step"] * batch / study.TRAIN_IMAGES, 3) if best else None,
                  "b_simple_at_target": best["b_simple_at_target"] if best else None,
@@ -114,6 +119,14 @@ def findings(s: dict, budget: study.Budget) -> str:
     out.append(f"**B_crit / B_simple = {s['ratio']:.2f}** (McCandlish et al. found B_simple close to B_crit, "
                f"within a small factor, on most tasks). The curve B_simple predicts, its one scale fitted, "
                f"misses the measured steps by {100 * (math.exp(s['prediction']['rms_log']) - 1):.0f}% rms.")
+  cut = [r for r in s["rows"] if r["tries"] < study.MAX_TRIES]
+  if cut:
+    out.append("The search was cut to fit the time budget (--tries): " + ", ".join(
+        f"{r['tries']} run{'s' if r['tries'] > 1 else ''} at batch {r['batch']:,}" for r in cut) + ".")
+  set_by_hand = [r for r in s["rows"] if r["start_set"]]
+  if set_by_hand:
+    out.append("First LR set by hand (--lr) instead of carried along the curve: " + ", ".join(
+        f"{r['tried'][0]['peak_lr']:.3g} at batch {r['batch']:,}" for r in set_by_hand) + ".")
   edges = [r["batch"] for r in s["rows"] if r["best_at_edge"]]
   if edges:
     out.append(f"At batch {', '.join(f'{b:,}' for b in edges)} the best LR was the last one the search could "
@@ -163,9 +176,10 @@ def plot(s: dict, by_batch: dict[int, list[dict]], path: str) -> None:
   plt.close(fig)
 
 
-def write(by_batch: dict[int, list[dict]], budget: study.Budget, out_dir: str, wall: float, cost: dict | None) -> str:
+def write(by_batch: dict[int, list[dict]], budget: study.Budget, out_dir: str, wall: float, cost: dict | None,
+          tries: dict[int, int] | None = None, starts: dict[int, float] | None = None) -> str:
   """results/noise_scale.{md,json,png}; the markdown's text."""
-  s = summarize(by_batch)
+  s = summarize(by_batch, tries, starts)
   os.makedirs(out_dir, exist_ok=True)
   plot(s, by_batch, os.path.join(out_dir, "noise_scale.png"))
   with open(os.path.join(out_dir, "noise_scale.json"), "w") as fh:
@@ -188,7 +202,7 @@ def markdown(s: dict, by_batch: dict, budget: study.Budget, wall: float, cost: d
       f"{budget.target:g} (at most {budget.max_epochs:g} epochs), at the best LR of a search by factors of 2 "
       "(bench/noise_scale/__init__.py says why). One seed. B_simple: train.py --noise_scale, each rank's gradient "
       "(B_small = 32 K) against the exchanged mean (B_big = 64 K), smoothed, at the target step. "
-      f"{wall / 3600:.1f} hours.", "",
+      f"{sum(r['wall_seconds'] for runs in by_batch.values() for r in runs) / 3600:.1f} hours of runs.", "",
       f"A run: `{example}`", "",
       table(s["rows"]), "",
       findings(s, budget), "",

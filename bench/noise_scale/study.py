@@ -112,10 +112,10 @@ def better(new: dict, best: dict | None) -> bool:
   return new["reached"] and (best is None or new["target_step"] < best["target_step"])
 
 
-def search(batch: int, attempt, lr0: float) -> list[dict]:
+def search(batch: int, attempt, lr0: float, tries: int = MAX_TRIES) -> list[dict]:
   """The LR search for one batch (pure but for attempt(lr, cap) -> run record): lr0, then doubled
   while that reaches the target in fewer steps; halved instead only if none reached it. At most
-  MAX_TRIES runs, each after the first capped at the best steps so far. The runs in the order taken.
+  `tries` runs, each after the first capped at the best steps so far. The runs in the order taken.
 
   Upward only: lr0 is the previous batch's best carried along the optimal-LR curve, which rises
   with the batch, and each doubling costs a run of up to the steps to beat (hours at 4,096)."""
@@ -132,7 +132,7 @@ def search(batch: int, attempt, lr0: float) -> list[dict]:
   take(lr0)
   for factor in (2.0, 0.5):
     lr = lr0 * factor
-    while len(runs) < MAX_TRIES and take(lr):
+    while len(runs) < tries and take(lr):
       lr *= factor
     if best is not None:
       break  # halving is for a start that reached nothing

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from bench.noise_scale import cost, report, study
+from bench.noise_scale import __main__ as main_module, cost, report, study
 from training import noise_scale
 
 
@@ -111,3 +111,28 @@ def test_simple_prediction_recovers_the_scale_of_an_exact_curve():
 def test_the_cost_paragraph_says_which_way_it_went():
   assert "+2.0%" in cost.text(64, 3, 102.0, 100.0) and "-7.3%" in cost.text(64, 3, 97.0, 104.6)
   assert math.isclose(1 + 0.02, 102.0 / 100.0)
+
+
+def test_a_search_cut_by_the_budget_or_started_by_hand_is_stated():
+  by_batch = {64: [run(64, 0.2, 800, 170.0)], 2048: [run(2048, 2.2, 200, 90.0)]}
+  s = report.summarize(by_batch, tries={2048: 1}, starts={2048: 2.2})
+  assert [r["best_at_edge"] for r in s["rows"]] == [False, True]
+  text = report.findings(s, study.Budget())
+  assert "cut to fit the time budget (--tries): 1 run at batch 2,048" in text
+  assert "First LR set by hand (--lr) instead of carried along the curve: 2.2 at batch 2,048" in text
+
+
+def test_a_search_of_one_try_takes_one_run():
+  attempt, calls = fake(2048, {1: 200, 2: 150})
+  study.search(2048, attempt, study.start_lr(2048), tries=1)
+  assert calls == [(1, None)]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tries=4096"], "--tries=4096: pass BATCH:VALUE pairs"),
+    (["--lr=4096:-1"], "--lr=4096:-1: values must be positive"),
+])
+def test_bad_budget_flags_name_the_flag(argv, message, capsys):
+  with pytest.raises(SystemExit):
+    main_module.parse_args(argv)
+  assert message in capsys.readouterr().err
