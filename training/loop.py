@@ -173,10 +173,10 @@ class Loop:
     if due(course.into_epoch(spe), self.policy.eval_every):
       if self._evaluate():
         return outcome.TARGET_REACHED, TARGET
-    self._tell("before", "input", step)
     if due(step, self.policy.checkpoint_every) and not self._save(step):
       return outcome.DIVERGED, NONFINITE_WEIGHTS
     self._commit(step)
+    self._tell("before", "input", step)  # the next batch is read next: a stuck reader shows as 'input'
     return None
 
   def _epoch_end(self, epoch: int, taken: int):

@@ -113,6 +113,16 @@ def test_checkpoint_every_counts_the_runs_steps_and_max_steps_ends_mid_epoch():
   assert (ending.cause, ending.step) == (loop.FINISHED, 6)
 
 
+def test_every_batch_is_read_under_the_input_phase_even_after_a_save():
+  # The watchdog names the phase a rank is stuck in: a reader stuck after a checkpoint is 'input'.
+  r = Run(spe=4, epochs=2, policy=Policy(checkpoint_every=3))
+  r.run()
+  marks = [e for e in r.events if e[0] == "before" or e[0] == "step"]
+  for i, event in enumerate(marks):
+    if event[:2] == ("before", "step"):
+      assert marks[i - 1][:2] == ("before", "input"), marks[max(0, i - 3):i + 1]
+
+
 def test_a_target_met_mid_epoch_ends_the_run_there_and_saves():
   run = Run(spe=4, epochs=3, policy=Policy(eval_every=2, target_top1=0.5), top1=lambda s: 0.6 if s >= 6 else 0.1)
   ending, events = run.run()
