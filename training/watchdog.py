@@ -18,9 +18,9 @@ STARTUP_SECONDS, with each stage of the set-up counting as progress. (A
 step with both cores loaded 8 times over.) The first evaluation stays first-time
 work until it has ended (evaluated()), not after this rank's first batch: its
 closing exchange waits for peers still tracing theirs (rank 0, done with its
-batches, fired at a 10 s limit while rank 1 traced its first batch for 12 s). Rank 0 fires first; the others wait
-GRACE_SECONDS more, so the line users read is rank 0's, which names the
-culprit: every rank writes a heartbeat file (step, phase, time, host, pid)
+batches, fired at a 10 s limit while rank 1 traced its first batch for 12 s).
+Rank 0 fires first; the others wait GRACE_SECONDS more, so the line users read
+is rank 0's, which names the culprit: every rank writes a heartbeat file (step, phase, time, host, pid)
 into <model_dir>/heartbeats every HEARTBEAT_SECONDS from this thread, so a
 stopped process shows as a stale heartbeat, a deadlocked one as a fresh
 heartbeat stuck at an older step or another phase. A rank whose file rank 0
@@ -142,7 +142,9 @@ class Watchdog:
     kind = KINDS.get(phase, "setup")
     if timed and kind in self._done_kinds and self.phase in ("input", "step"):
       self._step_seconds = (self._step_seconds + [now - self._progress_time])[-RECENT_STEPS:]
-    if kind not in ("setup", "eval"):  # every stage of the set-up is first-time work (restoring, broadcasting, tracing)
+    # Every stage of the set-up is first-time work (restoring, broadcasting, tracing); an
+    # evaluation is done once it has ended (evaluated), not after this rank's first batch.
+    if kind not in ("setup", "eval"):
       self._done_kinds.add(kind)
     self.step, self.phase, self._progress_time = step, phase, now
 
