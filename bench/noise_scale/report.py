@@ -31,13 +31,13 @@ def summarize(by_batch: dict[int, list[dict]], tries: dict[int, int] | None = No
   for batch in sorted(by_batch):
     runs, best = by_batch[batch], study.best_of(by_batch[batch])
     lrs = sorted(r["peak_lr"] for r in runs)
+    allowed = (tries or {}).get(batch, study.MAX_TRIES)
     rows.append({"batch": batch, "accumulation": runs[0]["accumulation"],
                  "tried": [{"peak_lr": r["peak_lr"], "reached": r["reached"], "steps": r["target_step"] or r["steps"],
                             "cap": r["cap"], "status": r["status"]} for r in runs],
                  "best_lr": best["peak_lr"] if best else None,
-                 "tries": (tries or {}).get(batch, study.MAX_TRIES), "start_set": batch in (starts or {}),
-                 "best_at_edge": bool(best) and len(runs) >= (tries or {}).get(batch, study.MAX_TRIES)
-                 and best["peak_lr"] == lrs[-1],
+                 "tries": allowed, "start_set": batch in (starts or {}),
+                 "best_at_edge": bool(best) and len(runs) >= allowed and best["peak_lr"] == lrs[-1],
                  "steps": best["target_step"] if best else None,
                  "epochs": round(best["target_step"] * batch / study.TRAIN_IMAGES, 3) if best else None,
                  "b_simple_at_target": best["b_simple_at_target"] if best else None,
