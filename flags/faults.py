@@ -9,7 +9,9 @@ def define() -> None:
       "stall_timeout", 300,
       "Seconds a rank may go without progress (a step, an evaluation batch, a checkpoint) before "
       "every rank exits with status 4 and a line naming the rank and host that stopped; the limit "
-      "grows to 20 typical steps for slow steps and doubles before the first step. 0 disables.")
+      "grows to 20 typical steps for slow steps, or 4 times the slowest of its kind so far (epoch "
+      "change, evaluation, checkpoint), and is at least 120 s the first time each kind runs; a rank "
+      "waiting for another still within its own limit waits on. 0 disables.")
   absl_flags.DEFINE_integer(
       "max_skipped_steps", 10,
       "fp16: stop the run as diverged (status 3) after this many overflow-skipped steps in a row, "

@@ -5,8 +5,9 @@ from training.loop import Hook
 
 
 class Watching(Hook):
-  """The watchdog (training/watchdog.py): each kind of work marked as it begins, progress
-  after each step (timed: the stall limit follows the step time), evaluation batch and save."""
+  """The watchdog (training/watchdog.py): each phase marked as it begins ('input', 'epoch',
+  'step', 'eval', 'checkpoint': its stall limit follows what its kind has taken so far), progress
+  after each step (timed: the typical step time), evaluation batch, evaluation and save."""
 
   def __init__(self, watchdog):
     self.watchdog = watchdog

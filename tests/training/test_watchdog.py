@@ -1,5 +1,6 @@
-"""training/watchdog.py: the stall limit and the culprits as tables; the thread ending a hung
-process with one line."""
+"""training/watchdog.py: the stall limit, a peer explaining a wait and the culprits as tables; the
+Watchdog driven by a hand-moved clock; the thread ending a hung process with one line."""
+import json
 import signal
 import subprocess
 import sys
@@ -12,15 +13,119 @@ from conftest import REPO, _env
 from training import outcome, watchdog
 
 
-@pytest.mark.parametrize("floor, steps, first_time, want", [
-    (300, [], True, 600),                   # the first step (or evaluation): twice the floor
-    (10, [0.1], True, watchdog.STARTUP_SECONDS),
-    (300, [0.1] * 10, False, 300),          # fast steps: the floor
-    (300, [20.0, 30.0, 25.0], False, 500),  # slow steps: 20 typical steps
-    (0.5, [1.0], False, 20.0),
+class Clock:
+  """A clock the test moves on by hand (seconds)."""
+
+  def __init__(self, now: float = 1000.0):
+    self.now = now
+
+  def __call__(self) -> float:
+    return self.now
+
+
+@pytest.mark.parametrize("floor, kind, took, first_time, want", [
+    (300, "step", {}, True, 600),                             # the first step (or evaluation): twice the floor
+    (10, "step", {"step": [0.1]}, True, watchdog.STARTUP_SECONDS),
+    (300, "step", {"step": [0.1] * 10}, False, 300),          # fast steps: the floor
+    (300, "step", {"step": [20.0, 30.0, 25.0]}, False, 500),  # slow steps: 20 typical steps
+    (0.5, "step", {"step": [1.0]}, False, 20.0),
+    # One step that waited for a peer's first save does not raise the steps' limit: the median.
+    (10, "step", {"step": [0.1] * 10 + [30.0]}, False, 10),
+    (10, "epoch", {}, True, watchdog.STARTUP_SECONDS),        # the first epoch change: the allowance
+    (10, "epoch", {"epoch": [8.0, 2.5]}, False, 32.0),        # later: 4 x the slowest so far
+    (10, "eval", {"eval": [1.0], "epoch": [8.0]}, False, 10),  # another kind's history is not this one's
+    (10, "checkpoint", {"checkpoint": [40.0]}, False, 160.0),
+    (300, "checkpoint", {"checkpoint": [40.0]}, False, 300),
 ])
-def test_stall_limit(floor, steps, first_time, want):
-  assert watchdog.stall_limit(floor, steps, first_time) == want
+def test_stall_limit(floor, kind, took, first_time, want):
+  assert watchdog.stall_limit(floor, kind, took, first_time) == want
+
+
+def steps(dog, clock, first, last, seconds=0.25):
+  """Steps first..last, each its input then its step, `seconds` each."""
+  for step in range(first, last + 1):
+    dog.mark("input")
+    clock.now += seconds / 2
+    dog.mark("step")
+    clock.now += seconds / 2
+    dog.progress(step)
+
+
+def test_the_epoch_change_is_first_time_work_then_judged_against_the_slowest_so_far(tmp_path):
+  # make test, both cores loaded, 2 runs of 2: the flat 10 s limit ended a healthy job at the first
+  # epoch's end, rank 0 reading past the epoch's last batch (then judged as a step).
+  clock = Clock()
+  dog = watchdog.Watchdog(rank=0, size=1, floor_seconds=10, directory=str(tmp_path), clock=clock)
+  steps(dog, clock, 1, 23)
+  dog.mark("epoch")  # the first epoch's iterator runs out
+  assert dog.limit() == watchdog.STARTUP_SECONDS
+  clock.now += 8
+  dog.mark("checkpoint")
+  clock.now += 1
+  dog.progress(23, "checkpoint", timed=False)
+  dog.mark("epoch")  # the next epoch's first batch: still the first epoch change
+  assert dog.limit() == watchdog.STARTUP_SECONDS
+  clock.now += 3
+  steps(dog, clock, 24, 46)
+  dog.mark("epoch")  # a later epoch change: 4 x the first one's 8 s, not the floor, nor the allowance
+  assert dog.limit() == 32
+  clock.now += 12    # slower than the 10 s floor: not a stall
+  assert dog.overdue() is None
+  clock.now += 21
+  assert dog.overdue() == (33, 32)
+  dog.mark("step")   # the epoch change ended: the step is judged from here, by the steps' limit
+  assert dog.limit() == 10 and dog.overdue() is None
+
+
+def beat(step, phase, age, progress_age=None, host="h2", pid=42, limit=None):
+  now = 1000.0
+  beat = {"host": host, "pid": pid, "step": step, "phase": phase, "beat_time": now - age,
+          "progress_time": now - (progress_age if progress_age is not None else age)}
+  if limit is not None:
+    beat["limit"] = limit
+  return beat
+
+
+@pytest.mark.parametrize("beats, grace, want", [
+    # Rank 1 in step 24's allreduce, rank 0 still writing its first checkpoint: rank 0 explains the wait.
+    ({0: beat(23, "checkpoint", 1.0, 30.0, limit=120)}, 10, True),
+    ({0: beat(23, "checkpoint", 30.0, 30.0, limit=120)}, 10, False),   # its heartbeat is stale: stopped
+    ({0: beat(23, "checkpoint", 1.0, 125.0, limit=120)}, 0, False),    # past its own limit: hung there
+    # A rank other than 0 waits GRACE_SECONDS longer on a peer too, so rank 0 still fires first.
+    ({0: beat(23, "checkpoint", 1.0, 125.0, limit=120)}, 10, True),
+    ({1: beat(23, "eval", 1.0, 30.0, limit=130)}, 0, True),            # rank 0 waits for rank 1's first evaluation
+    ({1: beat(23, "eval", 1.0, 30.0)}, 0, False),                      # no limit in its heartbeat: this rank's own
+    ({1: None}, 0, False),                                             # not visible: this rank's own limit
+    ({1: beat(23, "eval", 1.0, 30.0, limit=130), 2: None}, 0, True),
+    # A stopped peer ends the job even while another is within its limit (that one may wait for it).
+    ({1: beat(23, "eval", 1.0, 30.0, limit=130), 2: beat(23, "step", 20.0, limit=10)}, 0, False),
+])
+def test_explained_by_peer(beats, grace, want):
+  assert watchdog.explained_by_peer(beats, 1000.0, grace) is want
+
+
+def test_a_rank_waiting_for_a_peers_first_save_holds_while_the_peers_heartbeat_explains_it(tmp_path):
+  # Only rank 0 writes the checkpoint files: the others' first save is quick, and they wait in the
+  # next step's allreduce with a step's limit while rank 0 has the first save's allowance.
+  clock = Clock()
+  saver, waiter = (watchdog.Watchdog(rank=r, size=2, floor_seconds=10, directory=str(tmp_path), clock=clock)
+                   for r in (0, 1))
+  for dog in (saver, waiter):
+    steps(dog, clock, 1, 3)
+    dog.mark("checkpoint")
+  waiter.progress(3, "checkpoint", timed=False)
+  waiter.mark("input")
+  waiter.mark("step")
+  assert waiter.limit() == 10 + watchdog.GRACE_SECONDS
+  clock.now += 25
+  saver._beat()
+  assert json.load(open(tmp_path / "rank-0.json"))["limit"] == watchdog.STARTUP_SECONDS
+  assert waiter.overdue() is None  # rank 0's fresh heartbeat: 25 s into its first save's 120 s
+  clock.now += 8                   # rank 0's heartbeat is 8 s old: stopped
+  assert waiter.overdue() == (33, 20)
+  clock.now += watchdog.STARTUP_SECONDS
+  saver._beat()                    # fresh, but 153 s into a save allowed 120 s (+ rank 1's grace): hung
+  assert waiter.overdue() == (153, 20)
 
 
 def test_the_first_evaluation_is_first_time_work_until_it_has_ended(tmp_path):
@@ -44,12 +149,6 @@ def test_the_first_evaluation_is_first_time_work_until_it_has_ended(tmp_path):
       watchdog.STARTUP_SECONDS + watchdog.GRACE_SECONDS
 
 
-def beat(step, phase, age, progress_age=None, host="h2", pid=42):
-  now = 1000.0
-  return {"host": host, "pid": pid, "step": step, "phase": phase, "beat_time": now - age,
-          "progress_time": now - (progress_age if progress_age is not None else age)}
-
-
 @pytest.mark.parametrize("beats, own_step, want", [
     ({1: beat(57, "step", 1.0)}, 57, []),                                      # waiting with us: fine
     ({1: beat(57, "step", 60.0)}, 57, ["rank 1 on h2 (pid 42) last heard 60 s ago at step 57 (step): "
@@ -63,8 +162,6 @@ def beat(step, phase, age, progress_age=None, host="h2", pid=42):
 ])
 def test_culprits(beats, own_step, want):
   assert watchdog.culprits(beats, 1000.0, own_step) == want
-
-
 
 
 # Three quick steps under a watchdog (rank 0 of `size`, the given floor), then step 4: {step4}.
