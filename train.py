@@ -86,7 +86,7 @@ def train(stop_request: signals.StopRequest):
   log = mode.log  # lines on rank 0 (--elastic: rank 0 of the world of the moment)
   data = input_for(config, world, mode, scanned)
   model, optimizer, loss_scale = model_and_optimizer(config, data.info, log)
-  step_var, saver = restore(config, world, mode, model, optimizer, data)
+  step_var, saver = restore(config, world, mode, model, optimizer, loss_scale, data)
   variables = model.variables + optimizer.variables + [step_var]
   mode.start(variables)
   watchdog.progress(int(step_var), "setup", timed=False)
@@ -197,17 +197,16 @@ def model_and_optimizer(config, info, log):
 
 
 # ------------------------------------------------------------- checkpoint --
-def restore(config, world, mode, model, optimizer, data):
+def restore(config, world, mode, model, optimizer, loss_scale, data):
   """The step variable and the saver, after rank 0 restored the newest checkpoint (if any; the mode
   shares it). training/saving.py: every save agrees on finite weights first; training/checkpoints.py:
   saves are atomic, a damaged newest checkpoint is set aside for the one before it."""
-  step_var, saver = Saver.of_model(model, optimizer, config.run, mode.log,
+  step_var, saver = Saver.of_model(model, optimizer, config.run, mode.log, loss_scale=loss_scale,
                                    any_rank=lambda flag: sync.any_rank(hvd, flag, "nonfinite_state"))
   if world.is_chief:
     try:
       if saver.writer().restore_newest() is not None:
-        mode.log("resumed from %s at step %d", saver.newest, int(step_var))
-        mode.restored(config.run.model_dir, int(step_var), data.steps_per_epoch)
+        mode.restored(saver.newest, int(step_var), config, data)
     except checkpoints.CheckpointError as e:
       fail(str(e))
     write_json_atomic(os.path.join(config.run.model_dir, flags.CONFIG_FILE),
@@ -225,12 +224,15 @@ def finish(result: modes.WorldRun, model, saver, watchdog, stop_request, mode, i
   summary = report.summary(ending, config, world, info.name, plan=result.plan, images_per_sec=result.images_per_sec,
                            identical=identical, wall_seconds=time.time() - START,
                            extra={**mode.summary_keys(), **report.noise_keys(noise, ending)})
+  # summary.json first: a failed export or a kill during it (minutes for ResNet-50) loses nothing else.
+  if world.is_chief:
+    write_json_atomic(os.path.join(config.run.model_dir, "summary.json"), summary)
   # A model users can serve: rank 0's weights (identical everywhere) with the evaluation
   # preprocessing inside (training/export.py); not for a stopped or diverged run.
   if world.is_chief and config.run.export and ending.status in (outcome.OK, outcome.TARGET_REACHED):
     watchdog.mark("export")  # tracing the serving function: first-time work, the start-up allowance
-    summary.update(export.for_run(model, info, config, mode.log))
-  if world.is_chief:  # summary.json, the stop/divergence/target line, the JSON line on stdout
+    summary.update(export.for_run(model, info, config, mode.log, saver.newest))
+  if world.is_chief:  # summary.json again with the export's key, the stop/divergence/target line, the JSON line
     report.publish(summary, report.final_line(ending, stop_request.reason, saver.newest, config.evaluation),
                    config.run.model_dir)
   watchdog.close()

@@ -238,12 +238,12 @@ class _Files(Input):
     left = np.arange(self.source.train.total)
     for generation, g in enumerate(history):
       _, shares = sharding.partition(left, g.size, g.step_batch)
-      read = [self._read_order(epoch, rank, generation, share)[:g.steps * g.step_batch]
+      read = [self._read_order(epoch, rank, generation, share, g.readers or self.readers)[:g.steps * g.step_batch]
               for rank, share in enumerate(shares)]
       left = np.setdiff1d(left, np.concatenate(read)) if read else left
     return left
 
-  def _read_order(self, epoch, rank, generation, positions) -> np.ndarray:
+  def _read_order(self, epoch, rank, generation, positions, readers) -> np.ndarray:
     """The line positions `positions`, in the order rank `rank` trains on them in that
     generation: train_epoch's interleave and shuffle replayed on the positions alone (their
     order depends on the seeds and the counts, never on the records' contents)."""
@@ -251,7 +251,7 @@ class _Files(Input):
       return np.asarray(positions)
     (runs, keep), lo = self._runs_of(epoch, positions), int(positions[0]) if len(positions) else 0
     spans = _interleave(runs, keep, lambda i, first, count, offset: _kept(
-        tf.data.Dataset.range(offset, offset + count), offset, count, keep), self.readers)
+        tf.data.Dataset.range(offset, offset + count), offset, count, keep), readers)
     spans = spans.shuffle(self.config.shuffle_buffer, seed=self._shuffle_seed(epoch, rank, generation))
     return np.fromiter(spans.as_numpy_iterator(), np.int64, len(positions)) + lo
 

@@ -23,10 +23,12 @@ import numpy as np
 @dataclasses.dataclass(frozen=True)
 class Generation:
   """A stretch of an epoch trained by one world: `size` ranks of `step_batch` examples a step
-  for `steps` steps (elastic training's history of an epoch is a tuple of these)."""
+  for `steps` steps, each rank reading `readers` files at a time (0: as the input reading now
+  does), the width its reading order is replayed with (an epoch's history is a tuple of these)."""
   size: int
   step_batch: int
   steps: int
+  readers: int = 0
 
 
 def partition(remaining: np.ndarray, size: int, step_batch: int) -> tuple[int, list[np.ndarray]]:

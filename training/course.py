@@ -1,131 +1,128 @@
-"""Where a run is and when it ends: by steps in a fixed world, or by the data (--elastic).
+"""Where a run is and when it ends, counted in the data: one course for every run.
 
 train.py's loop asks its course for the next batches, the step the LR schedule and the
 progress line are at, whether an evaluation or the end is due, and tells it of each step,
-each epoch's end and each checkpoint. Steps is the plain run: the step alone says where it
-is (epoch, offset = divmod(step, steps per epoch)). Elastic counts what the worlds trained
-on (training/elastic.Position), since the global batch, and so the steps an epoch has,
-change with the world; it commits the state every commit_every steps.
+each epoch's end and each checkpoint. Progress is training/elastic.Position: the epoch,
+the images and updates since the run began, and the epoch's generations (a stretch trained
+by one world: its ranks, batch and steps). A fixed run is the one-world case: its position
+holds one generation an epoch and the step alone would say where it is; resumed on another
+number of ranks (a Slurm requeue onto fewer nodes), its epoch, its LR schedule (written for
+this world's steps per epoch, read at the epoch reached) and the images it trained continue
+where they were, where counting steps of the new batch had read step 46 at global batch 64
+as epoch 1.0 at global batch 32 and trained 5 epochs for 4. --elastic adds the commits.
 """
 import time
 
 from flags.config import RunConfig
 
 
-class Steps:
-  """A run of one world: step s is epoch s // steps_per_epoch, offset s % steps_per_epoch."""
+class Course:
+  """A run in `world` at data_config's batch, whose Position lives in `holder.position` (a
+  TrainingState under --elastic, a plain Held otherwise). readers: the input's reading width,
+  kept with each generation so a later world replays the order it read in."""
 
-  position = None  # no elastic position to checkpoint
-
-  def __init__(self, step: int, run: RunConfig):
-    self.step, self.run = step, run
-
-  def last_step(self, steps_per_epoch: int) -> int:
-    total = int(round(self.run.epochs * steps_per_epoch))
-    return min(total, self.run.max_steps) if self.run.max_steps else total
-
-  def finished(self, steps_per_epoch: int) -> bool:
-    return self.step >= self.last_step(steps_per_epoch)
-
-  def nominal_step(self, steps_per_epoch: int) -> int:
-    return self.step
-
-  def epochs(self, steps_per_epoch: int) -> float:
-    return self.step / steps_per_epoch
-
-  def epoch_now(self, steps_per_epoch: int) -> int:
-    """The epoch the next batches come from."""
-    return self.step // steps_per_epoch
-
-  def into_epoch(self, steps_per_epoch: int) -> int:
-    return self.step % steps_per_epoch
-
-  def batches(self, data):
-    """(epoch, this rank's batches from the step to the epoch's end or the last step)."""
-    epoch, offset = divmod(self.step, data.steps_per_epoch)
-    return epoch, data.train_epoch(epoch, first_step=offset,
-                                   count=self.last_step(data.steps_per_epoch) - self.step)
-
-  def after_step(self) -> None:
-    self.step += 1
-
-  def epoch_ended(self, epoch: int) -> None:
-    """The step already says so."""
-
-  def commit(self, step: int, force: bool = False) -> bool:
-    """Nothing to commit in a fixed world."""
-    return False
-
-
-class Elastic:
-  """A run whose world may change (training/elastic.py): the state's Position says where it is.
-
-  Epochs are counted in images, so the LR schedule and the end of the run stay where they
-  are in the data when the global batch changes: the schedule's step is the epochs trained
-  times this world's steps per epoch.
-  """
-
-  def __init__(self, state, commit_every: int, run: RunConfig, num_train: int, world, data_config):
-    self.state, self.commit_every, self.run, self.num_train = state, commit_every, run, num_train
-    self.world, self.data_config = world, data_config
-    self.commit_seconds = []  # each commit's time (make faults reports the median)
+  def __init__(self, holder, run: RunConfig, world, data_config, readers: int = 0):
+    self.holder, self.run, self.world, self.data_config, self.readers = holder, run, world, data_config, readers
 
   @property
   def position(self):
-    return self.state.position
+    return self.holder.position
 
   @property
   def step(self) -> int:
-    return self.state.position.step
+    """Updates applied since the run began (--max_steps and --checkpoint_every count these)."""
+    return self.holder.position.step
 
-  def epochs(self, steps_per_epoch: int) -> float:
-    p = self.state.position
-    gens = p.history + ((p.current,) if p.current else ())
-    return p.epoch + sum(g.size * g.step_batch * g.steps for g in gens) / self.num_train
+  def _epoch_images(self) -> int:
+    p = self.holder.position
+    return sum(g.size * g.step_batch * g.steps for g in p.history + ((p.current,) if p.current else ()))
+
+  def into_epoch(self, steps_per_epoch: int) -> int:
+    """Steps of this world's batch the epoch has trained, 0 at its end (which the epoch end
+    itself handles: an --eval_every that divides the epoch does not evaluate its last step twice)."""
+    into = min(steps_per_epoch, round(self._epoch_images() / self.data_config.global_batch))
+    return into % steps_per_epoch
 
   def nominal_step(self, steps_per_epoch: int) -> int:
-    return int(round(self.epochs(steps_per_epoch) * steps_per_epoch))
+    """The LR schedule's and the progress line's step: epochs trained in this world's steps."""
+    into = min(steps_per_epoch, round(self._epoch_images() / self.data_config.global_batch))
+    return self.holder.position.epoch * steps_per_epoch + into
+
+  def epochs(self, steps_per_epoch: int) -> float:
+    return self.nominal_step(steps_per_epoch) / steps_per_epoch
 
   def epoch_now(self, steps_per_epoch: int) -> int:
     """The epoch the next batches come from (epoch_ended moves it on)."""
-    return self.state.position.epoch
+    return self.holder.position.epoch
+
+  def fresh_epoch(self) -> bool:
+    """Nothing of the current epoch trained yet."""
+    return not self._epoch_images()
 
   def last_step(self, steps_per_epoch: int) -> int:
     """The schedule's step the run ends at, in this world's steps (--max_steps counts updates)."""
+    total = int(round(self.run.epochs * steps_per_epoch))
     if self.run.max_steps:
-      return self.nominal_step(steps_per_epoch) + max(0, self.run.max_steps - self.step)
-    return int(round(self.run.epochs * steps_per_epoch))
+      return min(total, self.nominal_step(steps_per_epoch) + max(0, self.run.max_steps - self.step))
+    return total
 
   def finished(self, steps_per_epoch: int) -> bool:
     if self.run.max_steps and self.step >= self.run.max_steps:
       return True
-    return self.epochs(steps_per_epoch) >= self.run.epochs - 1e-9
-
-  def into_epoch(self, steps_per_epoch: int) -> int:
-    return self.nominal_step(steps_per_epoch) - self.state.position.epoch * steps_per_epoch
+    return self.nominal_step(steps_per_epoch) >= int(round(self.run.epochs * steps_per_epoch))
 
   def batches(self, data):
-    """(epoch, this rank's batches of what the epoch has left, dealt to this world)."""
-    p = self.state.position
-    plan = data.elastic_plan(p.epoch, p.history + ((p.current,) if p.current else ()))
+    """(epoch, this rank's batches of what the epoch has left). In one world the step within the
+    epoch says where its batches start; after a world change the epoch's remainder is dealt
+    again to this world (input/pipeline's elastic_plan: no example twice, none skipped)."""
+    p = self.holder.position
     count = self.run.max_steps - self.step if self.run.max_steps else None
+    spe = data.steps_per_epoch
+    left = self.last_step(spe) - self.nominal_step(spe)
+    count = left if count is None else min(count, left)
+    if not p.history:
+      return p.epoch, data.train_epoch(p.epoch, first_step=p.current.steps if p.current else 0, count=count)
+    plan = data.elastic_plan(p.epoch, p.history + ((p.current,) if p.current else ()))
     return p.epoch, data.train_epoch(p.epoch, plan=plan, count=count)
 
   def after_step(self) -> None:
-    self.state.position = self.state.position.after_step(self.world.size, self.data_config.step_batch,
-                                                         self.data_config.global_batch)
+    self.holder.position = self.holder.position.after_step(self.world.size, self.data_config.step_batch,
+                                                           self.data_config.global_batch, self.readers)
 
   def epoch_ended(self, epoch: int) -> None:
-    self.state.position = self.state.position.next_epoch()
+    self.holder.position = self.holder.position.next_epoch()
 
-  def commit(self, step: int, force: bool = False) -> bool:
+  def commit(self, step: int, force: bool = False, final: bool = False) -> bool:
+    """Nothing to commit in a fixed world."""
+    return False
+
+
+class Held:
+  """A fixed run's position holder (--elastic's is the TrainingState)."""
+
+  def __init__(self, position):
+    self.position = position
+
+
+class Elastic(Course):
+  """A run whose world may change (training/elastic.py): the state is committed every
+  commit_every steps and at each checkpoint."""
+
+  def __init__(self, state, commit_every: int, run: RunConfig, world, data_config, readers: int = 0):
+    super().__init__(state, run, world, data_config, readers)
+    self.state, self.commit_every = state, commit_every
+    self.commit_seconds = []  # each commit's time (make faults reports the median)
+
+  def commit(self, step: int, force: bool = False, final: bool = False) -> bool:
     """Every commit_every steps (and, forced, at each checkpoint): the state is kept in host
-    memory; Horovod raises HostsUpdatedInterrupt here when the discovery script's hosts changed.
-    Whether it committed."""
+    memory; Horovod raises HostsUpdatedInterrupt here when the discovery script's hosts changed,
+    except at the run's final commit (final): a new world would have nothing left to train, and
+    evaluated again and reported `nothing_left` with no images/s. Whether it committed."""
     if not (force or step % self.commit_every == 0):
       return False
     start = time.perf_counter()
     self.state.save()
     self.commit_seconds.append(time.perf_counter() - start)
-    self.state.check_host_updates()
+    if not final:
+      self.state.check_host_updates()
     return True

@@ -31,22 +31,26 @@ from progress import write_json_atomic
 class Position:
   """Where training is, in the data: `images` and `step` (updates) since the run began, the
   epoch, its earlier generations (worlds) and the current one's steps so far (input/pipeline's
-  elastic_plan deals the rest of the epoch from these)."""
+  elastic_plan deals the rest of the epoch from these); `ranks` and `global_batch`: the world
+  of the newest step (a resumed run says what changed)."""
   epoch: int = 0
   history: tuple[Generation, ...] = ()
   current: Generation | None = None
   images: int = 0
   step: int = 0
+  ranks: int = 0
+  global_batch: int = 0
 
   def world_changed(self) -> "Position":
     """The position a new world starts from: the current generation joins the epoch's history."""
     done = (self.current,) if self.current and self.current.steps else ()
     return dataclasses.replace(self, history=self.history + done, current=None)
 
-  def after_step(self, size: int, step_batch: int, global_batch: int) -> "Position":
+  def after_step(self, size: int, step_batch: int, global_batch: int, readers: int = 0) -> "Position":
     steps = self.current.steps + 1 if self.current else 1
-    return dataclasses.replace(self, current=Generation(size, step_batch, steps),
-                               images=self.images + global_batch, step=self.step + 1)
+    return dataclasses.replace(self, current=Generation(size, step_batch, steps, readers),
+                               images=self.images + global_batch, step=self.step + 1, ranks=size,
+                               global_batch=global_batch)
 
   def next_epoch(self) -> "Position":
     return dataclasses.replace(self, epoch=self.epoch + 1, history=(), current=None)
@@ -58,7 +62,8 @@ class Position:
   def from_json(cls, d: dict) -> "Position":
     gens = tuple(Generation(**g) for g in d.get("history", ()))
     current = Generation(**d["current"]) if d.get("current") else None
-    return cls(epoch=d["epoch"], history=gens, current=current, images=d["images"], step=d["step"])
+    return cls(epoch=d["epoch"], history=gens, current=current, images=d["images"], step=d["step"],
+               ranks=d.get("ranks", 0), global_batch=d.get("global_batch", 0))
 
 
 class TrainingState(State):
@@ -89,9 +94,29 @@ class TrainingState(State):
     self.position = self._position
 
   def sync(self):
-    sync.broadcast_state(self.hvd, self.variables)
-    self.position = Position.from_json(self._bcast_object(self.position.to_json()))
+    """Rank 0's state to every rank of a new world. Horovod's run_fn calls this outside the
+    function it recovers (run's `recovering`): a peer lost here (a joining host that dies during
+    its ~25 s set-up, while the survivors wait in this broadcast) ended every survivor; as a
+    HorovodInternalError it rolls them back to the last commit and the world re-forms."""
+    with _peer_loss_rolls_back():
+      sync.broadcast_state(self.hvd, self.variables)
+      self.position = Position.from_json(self._bcast_object(self.position.to_json()))
     self.save()
+
+
+class _peer_loss_rolls_back:
+  """A context in which any error comm.sync.peer_failure recognises becomes HorovodInternalError,
+  the one error Horovod's elastic loop answers by rolling back and re-forming the world."""
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, kind, error, tb):
+    if error is None or isinstance(error, HorovodInternalError) or not isinstance(error, Exception):
+      return False
+    if sync.peer_failure(error) is None:
+      return False
+    raise HorovodInternalError(error) from error
 
 
 def run(hvd, fn, before_reset=lambda: None):
@@ -102,14 +127,8 @@ def run(hvd, fn, before_reset=lambda: None):
   rank first, in the old world, on the committed state (train.py: rank 0 checkpoints it, so a
   world that never re-forms, fewer than --min-np ranks, leaves it resumable)."""
   def recovering(state):
-    try:
+    with _peer_loss_rolls_back():
       return fn(state)
-    except HorovodInternalError:
-      raise
-    except Exception as e:  # noqa: BLE001  (re-raised unless a peer was lost)
-      if sync.peer_failure(e) is None:
-        raise
-      raise HorovodInternalError(e) from e
 
   def reset():
     before_reset()
@@ -135,15 +154,10 @@ def write_position(model_dir: str, step: int, position: Position) -> None:
       os.remove(path)
 
 
-def read_position(model_dir: str, step: int, steps_per_epoch: int, log) -> Position:
-  """The Position of checkpoint `step`; for a checkpoint of a run without --elastic, the start
-  of its epoch's remainder (the epoch's first steps are dealt again: logged)."""
+def read_position(model_dir: str, step: int) -> Position | None:
+  """The Position of checkpoint `step` (None: a checkpoint written before positions were kept)."""
   path = position_path(model_dir, step)
-  if os.path.exists(path):
-    with open(path) as fh:
-      return Position.from_json(json.load(fh))
-  epoch, offset = divmod(step, steps_per_epoch)
-  if offset:
-    log("checkpoint %d has no elastic position (a run without --elastic): epoch %d starts again "
-        "in this world", step, epoch)
-  return Position(epoch=epoch, step=step, images=0)
+  if not os.path.exists(path):
+    return None
+  with open(path) as fh:
+    return Position.from_json(json.load(fh))

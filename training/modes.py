@@ -10,7 +10,10 @@ train.py chooses once (`of`) and asks the mode wherever the two differ; nothing 
   before the loop    broadcast of the state          there and hang (horovod#2652); the state's sync
   stall watchdog     on                              off: a world change renumbers the ranks
   input              one writer per node             every rank writes what is missing; one reader width
-  resuming           the checkpoint's step           and its position-N.json (where in the data)
+  resuming           the checkpoint's position-N.json (where in the data: epoch, images, generations),
+                     broadcast with the weights      sent by the state's sync
+  another world      at a resume: the epoch's rest   at every world change, the same way
+                     dealt again to the new world
   the loop           once                            once per world, from the last commit; rank 0
                                                      checkpoints the commit before a world re-forms
 """
@@ -23,6 +26,7 @@ from comm import sync
 from flags.config import ConfigError
 from input import pipeline
 from progress import logger
+from input.sharding import Generation
 from training import checkpoints, course as course_lib, elastic
 
 
@@ -44,6 +48,7 @@ class Fixed:
   def __init__(self, hvd, world):
     self.hvd, self.world = hvd, world
     self.log = logger(lambda: self.world.is_chief)  # lines on rank 0 of the world of the moment
+    self.position = elastic.Position()  # rank 0's, once restored; start() (--elastic: the state's sync) sends it
 
   def launcher_problem(self) -> str | None:
     return None
@@ -59,15 +64,50 @@ class Fixed:
     pipeline.prepare(data_config, self.world)
     sync.barrier(self.hvd, "input_ready")  # wait for the node's writer before anyone reads
 
-  def restored(self, model_dir: str, step: int, steps_per_epoch: int) -> None:
-    """The step alone says where a fixed run is."""
+  def restored(self, newest: str, step: int, config, data) -> None:
+    """Rank 0 after restoring checkpoint `newest`: its position, and the line that says where the
+    run resumes and, when the world or the batch changed, what that does."""
+    position = elastic.read_position(config.run.model_dir, step)
+    if position is None:  # written before positions were kept, by a run of this world (all it could know)
+      epoch, offset = divmod(step, data.steps_per_epoch)
+      current = Generation(self.world.size, config.data.step_batch, offset, getattr(data, "readers", 0))
+      position = elastic.Position(epoch=epoch, current=current if offset else None,
+                                  images=step * config.data.global_batch, step=step)
+    self.position = position
+    course = course_lib.Course(course_lib.Held(self._for_world(position, config, data)), config.run, self.world,
+                               config.data)
+    spe = data.steps_per_epoch
+    where = (f"resumed from {newest} at step {step}: epoch {course.epochs(spe):.2f}, {position.images:,} images "
+             "trained")
+    if position.global_batch and position.global_batch != config.data.global_batch:
+      where += (f"; the global batch was {position.global_batch:,} on {position.ranks} ranks and is "
+                f"{config.data.global_batch:,} on {self.world.size} now: the schedule goes on from epoch "
+                f"{course.epochs(spe):.2f} (step {course.nominal_step(spe)} of {course.last_step(spe)} at this "
+                "batch) and the LR follows the new global batch")
+      if course.into_epoch(spe):
+        where += "; the epoch's untrained examples are dealt to this world"
+    self.log("%s", where)
+
+  def _for_world(self, position, config, data):
+    """The position this world trains from: a checkpoint of another world's batch, or of another
+    reading width, mid-epoch, leaves its generation to the epoch's history (what it read is
+    replayed, the rest dealt to this world); otherwise the step within the epoch says where."""
+    last = position.current
+    now = (self.world.size, config.data.step_batch, getattr(data, "readers", 0))
+    if last and (last.size, last.step_batch, last.readers) != now:
+      return position.world_changed()
+    return position
 
   def start(self, variables) -> None:
-    # Horovod: identical initial weights, BN statistics, optimizer slots and step everywhere.
+    # Horovod: identical initial weights, BN statistics, optimizer slots, step and position everywhere.
     sync.broadcast_state(self.hvd, variables)
+    self.position = elastic.Position.from_json(
+        self.hvd.broadcast_object(self.position.to_json(), root_rank=0, name="position"))
 
   def run(self, run_world, config, data, step: int, *, variables, saver, rebuild) -> WorldRun:
-    return run_world(self.world, config, data, course_lib.Steps(step, config.run))
+    held = course_lib.Held(self._for_world(self.position, config, data))
+    return run_world(self.world, config, data,
+                     course_lib.Course(held, config.run, self.world, config.data, getattr(data, "readers", 0)))
 
   def summary_keys(self) -> dict:
     return {}
@@ -80,7 +120,6 @@ class Elastic(Fixed):
   def __init__(self, hvd, world, ranks_per_node: int):
     super().__init__(hvd, world)
     self.ranks_per_node = ranks_per_node
-    self.position = elastic.Position()  # rank 0's, once restored; the state's sync sends it
     self.record = {"worlds": [], "commits": 0, "steps_lost": [], "commit_seconds": []}
 
   def launcher_problem(self) -> str | None:
@@ -99,8 +138,18 @@ class Elastic(Fixed):
   def prepare_input(self, data_config) -> None:
     pipeline.prepare(data_config, self.world, every_rank=True)
 
-  def restored(self, model_dir: str, step: int, steps_per_epoch: int) -> None:
-    self.position = elastic.read_position(model_dir, step, steps_per_epoch, self.log)
+  def restored(self, newest: str, step: int, config, data) -> None:
+    """Rank 0 after restoring: a checkpoint of a run without positions starts its epoch again."""
+    position = elastic.read_position(config.run.model_dir, step)
+    if position is None:
+      epoch, offset = divmod(step, data.steps_per_epoch)
+      if offset:
+        self.log("checkpoint %d has no position (written before positions were kept): epoch %d starts again "
+                 "in this world", step, epoch)
+      position = elastic.Position(epoch=epoch, step=step)
+    self.position = position
+    self.log("resumed from %s at step %d: epoch %d, %s images trained", newest, step, position.epoch,
+             f"{position.images:,}")
 
   def start(self, variables) -> None:
     """The state's sync broadcasts them at the start of every world."""
@@ -123,8 +172,8 @@ class Elastic(Fixed):
       config_now, data_now = built[now]
       self.world = now  # rank 0 of this world logs and writes
       self._joined(state, now, config_now)
-      course = course_lib.Elastic(state, config_now.faults.elastic_commit_every, config_now.run,
-                                  data_now.info.num_train, now, config_now.data)
+      course = course_lib.Elastic(state, config_now.faults.elastic_commit_every, config_now.run, now,
+                                  config_now.data, getattr(data_now, "readers", 0))
       try:
         return run_world(now, config_now, data_now, course)
       finally:

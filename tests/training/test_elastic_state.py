@@ -7,7 +7,7 @@ import types
 import pytest
 
 from input.sharding import Generation
-from training import course, elastic
+from training import course, elastic, modes
 from training.elastic import Position
 
 
@@ -42,41 +42,102 @@ class FakeState:
 RUN = types.SimpleNamespace(epochs=2.0, max_steps=0)
 
 
-def test_the_elastic_course_counts_epochs_in_images_whatever_the_batch():
-  state = FakeState(Position(epoch=1, history=(Generation(4, 8, 10),)))  # 320 of 1,000 images
-  c = course.Elastic(state, commit_every=5, run=RUN, num_train=1000, world=None, data_config=None)
-  assert c.epochs(31) == pytest.approx(1.32)
-  assert c.nominal_step(31) == round(1.32 * 31) and c.last_step(31) == 62
-  assert c.into_epoch(31) == round(1.32 * 31) - 31
+def batch(global_batch, step_batch=8):
+  return types.SimpleNamespace(global_batch=global_batch, step_batch=step_batch)
+
+
+def world(size):
+  return types.SimpleNamespace(size=size, is_chief=True)
+
+
+def test_the_course_counts_epochs_in_images_whatever_the_batch():
+  # 320 images of epoch 1 trained at global batch 32; this world's global batch is 16, 31 steps an epoch.
+  state = FakeState(Position(epoch=1, history=(Generation(4, 8, 10),)))
+  c = course.Elastic(state, commit_every=5, run=RUN, world=world(2), data_config=batch(16))
+  assert c.nominal_step(31) == 31 + 20 and c.epochs(31) == pytest.approx(51 / 31)
+  assert c.into_epoch(31) == 20 and c.last_step(31) == 62
   assert not c.finished(31)
   c.epoch_ended(1)
   assert c.finished(31) and state.position.epoch == 2
 
 
-def test_the_elastic_course_commits_every_n_steps_and_at_checkpoints():
+def test_the_course_commits_every_n_steps_and_at_checkpoints():
   state = FakeState(Position())
-  c = course.Elastic(state, commit_every=5, run=RUN, num_train=1000, world=None, data_config=None)
+  c = course.Elastic(state, commit_every=5, run=RUN, world=world(2), data_config=batch(16))
   committed = [step for step in range(1, 12) if c.commit(step)]
   assert c.commit(12, force=True) and committed == [5, 10]
   assert state.saves == state.checks == 3 and len(c.commit_seconds) == 3  # steps 5, 10 and the checkpoint
+  assert c.commit(13, force=True, final=True) and state.checks == 3  # the run's last: no world change asked
 
 
-def test_max_steps_ends_an_elastic_run_at_that_many_updates():
+def test_max_steps_ends_a_run_at_that_many_updates():
   state = FakeState(Position(step=7))
-  c = course.Elastic(state, commit_every=5, run=types.SimpleNamespace(epochs=90.0, max_steps=9), num_train=1000,
-                     world=None, data_config=None)
+  c = course.Elastic(state, commit_every=5, run=types.SimpleNamespace(epochs=90.0, max_steps=9), world=world(2),
+                     data_config=batch(16))
   assert not c.finished(10) and c.last_step(10) == c.nominal_step(10) + 2
   state.position = Position(step=9)
   assert c.finished(10)
 
 
-def test_the_steps_course_is_the_plain_run():
-  c = course.Steps(5, types.SimpleNamespace(epochs=1.5, max_steps=0))
+def test_a_fixed_run_is_the_one_world_case():
+  # Step 5 of 10 an epoch, 1.5 epochs: what the step alone said before progress was counted in images.
+  held = course.Held(Position(current=Generation(1, 8, 5), images=40, step=5))
+  c = course.Course(held, types.SimpleNamespace(epochs=1.5, max_steps=0), world(1), batch(8))
   assert (c.last_step(10), c.epochs(10), c.into_epoch(10), c.nominal_step(10)) == (15, 0.5, 5, 5)
   c.after_step()
-  assert c.step == 6 and not c.finished(10)
-  assert course.Steps(15, types.SimpleNamespace(epochs=1.5, max_steps=0)).finished(10)
-  assert course.Steps(3, types.SimpleNamespace(epochs=9.0, max_steps=3)).finished(10)
+  assert c.step == 6 and not c.finished(10) and held.position.images == 48
+  for _ in range(4):
+    c.after_step()
+  assert c.into_epoch(10) == 0 and c.nominal_step(10) == 10  # the epoch's last step: its end evaluates
+  c.epoch_ended(0)
+  for _ in range(5):
+    c.after_step()
+  assert c.finished(10)
+
+
+class Data:
+  steps_per_epoch = 23
+  readers = 1
+
+
+def test_a_run_resumed_on_half_the_ranks_goes_on_at_the_epoch_and_schedule_it_reached(tmp_path):
+  # Issue 23: `--epochs=4 --max_steps=46` on 2 ranks (global batch 64, 23 steps an epoch on 1,497
+  # digits) stopped at the end of epoch 2; resumed on one rank (global batch 32, 46 steps an epoch)
+  # it had read step 46 as epoch 1.0, warmed up again and trained 5 epochs for 4.
+  p = Position()
+  for _ in range(23):
+    p = p.after_step(2, 32, 64, readers=1)
+  p = p.next_epoch()
+  for _ in range(23):
+    p = p.after_step(2, 32, 64, readers=1)
+  elastic.write_position(str(tmp_path), 46, p)
+  config = types.SimpleNamespace(run=types.SimpleNamespace(model_dir=str(tmp_path), epochs=4.0, max_steps=0),
+                                 data=batch(32, step_batch=32))
+  mode = modes.Fixed(None, world(1))
+  lines = []
+  mode.log = lambda fmt, *args: lines.append(fmt % args)
+  data = types.SimpleNamespace(steps_per_epoch=46, readers=1)
+  mode.restored("D/ckpt-46", 46, config, data)
+  assert "global batch was 64 on 2 ranks and is 32 on 1 now" in lines[0]
+  assert "epoch 2.00, 2,944 images trained" in lines[0] and "step 92 of 184" in lines[0]
+  c = course.Course(course.Held(mode._for_world(mode.position, config, data)), config.run, world(1), config.data)
+  assert (c.epochs(46), c.nominal_step(46), c.last_step(46), c.step) == (2.0, 92, 184, 46)
+  # The epoch's last step was trained: nothing of it is left, so its end (save, evaluation) comes first.
+  assert c.into_epoch(46) == 0 and not c.fresh_epoch()
+
+
+def test_a_run_resumed_mid_epoch_on_another_world_deals_the_rest_of_the_epoch_to_it():
+  p = Position(epoch=1, current=Generation(2, 32, 10, 1), images=2112, step=33, ranks=2, global_batch=64)
+  config = types.SimpleNamespace(run=types.SimpleNamespace(epochs=4.0, max_steps=0), data=batch(32, step_batch=32))
+  mode = modes.Fixed(None, world(1))
+  same = modes.Fixed(None, world(2))
+  data = types.SimpleNamespace(steps_per_epoch=46, readers=1)
+  moved = mode._for_world(p, config, data)
+  assert moved.history == (Generation(2, 32, 10, 1),) and moved.current is None  # replayed, the rest dealt again
+  c = course.Course(course.Held(moved), config.run, world(1), config.data)
+  assert (c.nominal_step(46), c.into_epoch(46)) == (46 + 20, 20)
+  config2 = types.SimpleNamespace(run=config.run, data=batch(64, step_batch=32))
+  assert same._for_world(p, config2, data) == p  # the same world: the step within the epoch says where
 
 
 def test_positions_live_beside_their_checkpoints(tmp_path):
@@ -87,8 +148,44 @@ def test_positions_live_beside_their_checkpoints(tmp_path):
   os.remove(os.path.join(d, "ckpt-10.index"))  # the manager dropped checkpoint 10
   elastic.write_position(d, 30, Position(epoch=3, step=30))
   assert sorted(os.listdir(d)) == ["ckpt-20.index", "position-20.json", "position-30.json"]
-  lines = []
-  assert elastic.read_position(d, 20, 10, lines.append) == Position(epoch=2, step=20)
-  # A checkpoint of a run without --elastic: its epoch starts again, and the log says so.
-  assert elastic.read_position(d, 25, 10, lambda *a: lines.append(a)) == Position(epoch=2, step=25)
-  assert lines and "starts again" in lines[0][0]
+  assert elastic.read_position(d, 20) == Position(epoch=2, step=20)
+  assert elastic.read_position(d, 25) is None  # a checkpoint written before positions were kept
+
+
+def test_a_position_that_cannot_be_written_is_one_sentence_and_the_checkpoints_stay(tmp_path):
+  from training import checkpoints, saving
+  os.makedirs(tmp_path / "position-7.json")  # os.replace onto a directory fails as a full disk would
+  saver = saving.Saver(None, str(tmp_path), 3, print, [])
+  saver.manager = types.SimpleNamespace(newest=None, save=lambda *a, **k: pytest.fail("checkpoint written"))
+  with pytest.raises(checkpoints.CheckpointError, match=r"^cannot save checkpoint ckpt-7 in .*restart\.$"):
+    saver.save(7, position=Position(step=7), agree=False)
+
+
+class LostPeerHvd:
+  """A Horovod whose broadcasts fail as a survivor's did when a joining host died during its set-up."""
+
+  def rank(self):
+    return 0
+
+  def broadcast_variables(self, variables, root_rank):
+    raise RuntimeError("Graph execution error:\n[/tmp/pip/gloo/transport/tcp/pair.cc:598] Connection reset by peer")
+
+  def broadcast_object(self, obj, root_rank, name):
+    raise AssertionError("not reached")
+
+
+def test_a_peer_lost_during_the_states_sync_rolls_back_instead_of_ending_the_survivors():
+  # Horovod's run_fn calls state.sync() outside the function it recovers; only HorovodInternalError
+  # is answered there by restore() and a new world.
+  from horovod.common.exceptions import HorovodInternalError
+  state = elastic.TrainingState(LostPeerHvd(), [], Position(step=4))
+  with pytest.raises(HorovodInternalError):
+    state.sync()
+
+
+def test_other_errors_in_the_sync_are_not_taken_for_a_lost_peer():
+  class Broken(LostPeerHvd):
+    def broadcast_variables(self, variables, root_rank):
+      raise ValueError("a bug")
+  with pytest.raises(ValueError, match="a bug"):
+    elastic.TrainingState(Broken(), [], Position()).sync()
