@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from flags.config import DatasetInfo, Source
 from input import preprocessing
+from training import checkpoints
 
 EXPORT_DIR = "export"  # under --model_dir
 
@@ -48,16 +49,31 @@ def export(model, info: DatasetInfo, model_dir: str) -> str:
   module = tf.Module()
   module.model = model  # tracked: the SavedModel holds its variables
   module.serve = serving_function(model, info)
-  tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
+  try:
+    tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
+  finally:
+    if not os.path.exists(os.path.join(tmp, "saved_model.pb")):
+      shutil.rmtree(tmp, ignore_errors=True)  # half a SavedModel (a full disk): not left beside the run
   shutil.rmtree(path, ignore_errors=True)
   os.replace(tmp, path)
   return path
 
 
-def for_run(model, info: DatasetInfo, config, log) -> dict:
+def for_run(model, info: DatasetInfo, config, log, newest: str | None = None) -> dict:
   """summary.json's {"export": path} after writing the run's SavedModel into <model_dir>/export/,
-  or {} for synthetic batches, which have no image format to serve (said in the log)."""
+  {} for synthetic batches, which have no image format to serve (said in the log), or
+  {"export_error": sentence} when the export failed (a full disk, a tracing error): train.py
+  writes summary.json before the export, so a failure or a kill here loses nothing else, and
+  the failure is one line, not a traceback that turned a finished run into exit 1."""
   if config.data.source is Source.SYNTHETIC:
     log("export skipped: synthetic batches have no image format to serve")
     return {}
-  return {"export": export(model, info, config.run.model_dir)}
+  try:
+    return {"export": export(model, info, config.run.model_dir)}
+  except Exception as e:  # noqa: BLE001  (whatever failed, the trained run stands: one sentence)
+    kept = f"checkpoint {newest} and summary.json are" if newest else "summary.json is"
+    sentence = (f"the SavedModel could not be written to {os.path.join(config.run.model_dir, EXPORT_DIR)} "
+                f"({checkpoints.short_reason(e)}); the run's {kept} kept, so free some space (or fix the "
+                "cause) and run the same command: a finished run exports again")
+    log("error: %s", sentence)
+    return {"export_error": sentence}

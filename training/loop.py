@@ -11,11 +11,17 @@ watchdog, the step variable, the noise scale; none is called by hand.
 Whether a run ends is decided after each step (`_step`) and at each epoch's end (`_epoch_end`),
 what is due by one predicate (`due`), and what is saved on the way out by one rule (`_finish`):
 
-  finished      evaluate, save, commit
+  finished      save, evaluate, commit
   target        save (the evaluation that reached it just ran)
   stopped       save (a stop at the last step is a finished run)
   diverged      nothing: the step's update was not applied, the newest checkpoint is good
   a save that finds inf/NaN in the weights turns any of these into a divergence (not reached)
+
+Saves come before evaluations, at an epoch's end as at the run's: ImageNet's 50,000 held-out
+images take minutes, and a SIGTERM during them is followed by SIGKILL within 10 s (mpirun)
+or 5 s (Gloo's horovodrun), which lost the whole epoch when the save came after. The epoch
+end's checkpoint is taken before the epoch is counted as ended, so a run stopped there (or
+at an epoch's last step) evaluates that epoch when it resumes.
 """
 import dataclasses
 import time
@@ -64,7 +70,8 @@ class Ending:
 
   status: outcome.OK, TARGET_REACHED, STOPPED or DIVERGED; cause: one of the names above;
   step: updates applied; lr: the last step's LR; skipped: fp16 overflow-skipped steps in a row;
-  held: the newest held-out metrics (None: none taken); stop_code: the agreed stop request.
+  held: the newest held-out metrics (None: none taken); stop_code: the agreed stop request;
+  images: the images trained since the run began (every world's global batch, step by step).
   """
   status: int
   cause: str
@@ -75,12 +82,14 @@ class Ending:
   held: object = None
   reached: Reached | None = None
   stop_code: int = 0
+  images: int = 0
 
 
 class Hook:
   """What the loop tells, in order; a hook overrides what it needs.
 
-  before(phase, step): 'input', 'step', 'eval' or 'checkpoint' work begins;
+  before(phase, step): 'input', 'epoch' (the epoch's iterator runs out, the next is built), 'step',
+    'eval' or 'checkpoint' work begins;
   after_step(step, nominal, out, lr): a step's update was applied (out: the step's outputs,
     .loss and .correct; nominal: the step the schedule and the progress lines are at);
   after_eval_batch(step), after_eval(step, nominal, held), after_save(step), after_commit(step).
@@ -107,7 +116,7 @@ def due(step: int, every: int) -> bool:
 class Loop:
   """Train until the run ends: run() -> Ending.
 
-  course: training/course.py's Steps or Elastic (where the run is, when it ends, commits);
+  course: training/course.py's Course or Elastic (where the run is in the data, when it ends, commits);
   data: input/pipeline's Input (steps_per_epoch; course.batches asks it for an epoch's batches);
   train_step(images, labels, lr, stop) -> out with .loss, .correct, .finite, .stop (training/step.py);
   evaluate(on_batch) -> HeldOut or None (no held-out split); on_batch() after each batch;
@@ -126,6 +135,7 @@ class Loop:
     self.reached = None
     self.skipped = 0
     self.agreed_stop = 0
+    self.saved = None  # the step of this loop's last good save
     self.lr = schedule(course.nominal_step(self.spe))
 
   def _tell(self, event: str, *args) -> None:
@@ -135,11 +145,14 @@ class Loop:
   def run(self) -> Ending:
     course, spe = self.course, self.spe
     if course.finished(spe):  # nothing left to train (a finished run started again): still report
-      self._evaluate()
+      if self._evaluate():
+        return self._ending(outcome.TARGET_REACHED, TARGET)
       return self._ending(outcome.OK, NOTHING_LEFT)
     while True:
+      fresh = course.fresh_epoch()
+      # Building a new epoch's dataset (and tracing its functions) is the epoch change's work.
+      self._tell("before", "input" if not fresh or not course.step else "epoch", course.step)
       epoch, batches = course.batches(self.data)
-      self._tell("before", "input", course.step)
       end, taken = None, 0
       for images, labels in batches:
         taken += 1
@@ -147,7 +160,7 @@ class Loop:
         if end:
           break
       else:
-        end = self._epoch_end(epoch, taken)
+        end = self._epoch_end(epoch, taken, fresh)
       if end:
         return self._finish(*end)
 
@@ -170,22 +183,27 @@ class Loop:
       return outcome.OK, FINISHED
     if verdict.status == outcome.STOPPED:
       return outcome.STOPPED, SIGNAL
-    if due(course.into_epoch(spe), self.policy.eval_every):
+    into = course.into_epoch(spe)
+    if due(into, self.policy.eval_every):
       if self._evaluate():
         return outcome.TARGET_REACHED, TARGET
-    if due(step, self.policy.checkpoint_every) and not self._save(step):
+    # A --checkpoint_every save is a commit too (--elastic: a world change resumes from it); at
+    # an epoch's last step the epoch end saves, once (its finiteness agreed once).
+    saving = due(step, self.policy.checkpoint_every) and into
+    if saving and not self._save(step):
       return outcome.DIVERGED, NONFINITE_WEIGHTS
-    self._commit(step)
-    self._tell("before", "input", step)  # the next batch is read next: a stuck reader shows as 'input'
+    self._commit(step, force=bool(saving))
+    # The next batch is read next: a stuck reader shows as 'input'; after an epoch's last step the
+    # epoch's iterator runs out and the next one is built ('epoch': slower, and first-time at first).
+    self._tell("before", "input" if into else "epoch", step)
     return None
 
-  def _epoch_end(self, epoch: int, taken: int):
-    """The epoch's batches ran out after `taken` steps: evaluate, save, commit; (status, cause)
-    if the run ends here. A pass that took no batch and left the course in the same epoch would
-    be asked for the same nothing again, evaluating and saving the same step for ever."""
+  def _epoch_end(self, epoch: int, taken: int, fresh: bool):
+    """The epoch's batches ran out after `taken` steps: save, evaluate, commit; (status, cause)
+    if the run ends here. A pass from the epoch's start that took no batch would end epoch
+    after epoch with no step, evaluating and saving the same step each time."""
     course = self.course
-    course.epoch_ended(epoch)
-    if not taken and course.epoch_now(self.spe) == epoch and not course.finished(self.spe):
+    if not taken and fresh and not course.finished(self.spe):
       last = course.last_step(self.spe)
       raise NoProgress(
           f"epoch {epoch} gave no batch at step {course.step} of {last}, though its data should fill "
@@ -194,23 +212,27 @@ class Loop:
           "command to resume from the newest checkpoint")
     if course.finished(self.spe):
       return outcome.OK, FINISHED
-    if self._evaluate():
-      return outcome.TARGET_REACHED, TARGET
-    if not self._save(course.step):
+    step = course.step
+    if not self._save(step):  # before the evaluation, and before the epoch counts as ended (module docstring)
       return outcome.DIVERGED, NONFINITE_WEIGHTS
-    self._commit(course.step, force=True)
+    if self._evaluate():
+      course.epoch_ended(epoch)
+      return outcome.TARGET_REACHED, TARGET
+    course.epoch_ended(epoch)
+    self._commit(step, force=True)
     return None
 
   def _finish(self, status: int, cause: str) -> Ending:
     """The one rule for what is saved on the way out (the module docstring)."""
     step = self.course.step
-    if cause == FINISHED and self._evaluate():
-      status, cause = outcome.TARGET_REACHED, TARGET
-    if status != outcome.DIVERGED:
+    if status != outcome.DIVERGED and self.saved != step:  # a target met at an epoch's end was saved there
       if not self._save(step):
         return self._ending(outcome.DIVERGED, NONFINITE_WEIGHTS)
-      if cause == FINISHED:
-        self._commit(step, force=True)
+    if cause == FINISHED:
+      if self._evaluate():
+        status, cause = outcome.TARGET_REACHED, TARGET
+      # The run's last commit asks for no world change: one would start a world with nothing to train.
+      self._commit(step, force=True, final=True)
     return self._ending(status, cause)
 
   def _ending(self, status: int, cause: str) -> Ending:
@@ -218,7 +240,7 @@ class Loop:
     reached = self.reached if status == outcome.TARGET_REACHED else None
     return Ending(status=status, cause=cause, step=self.course.step, epochs=self.course.epochs(self.spe),
                   lr=self.lr, skipped=self.skipped, held=self.held, reached=reached,
-                  stop_code=self.agreed_stop)
+                  stop_code=self.agreed_stop, images=self.course.position.images)
 
   def _evaluate(self) -> bool:
     """The held-out metrics, told to the hooks; whether they meet the target."""
@@ -241,8 +263,10 @@ class Loop:
     self._tell("before", "checkpoint", step)
     ok = self.save_fn(step)
     self._tell("after_save", step)
+    if ok:
+      self.saved = step
     return ok
 
-  def _commit(self, step: int, force: bool = False) -> None:
-    if self.course.commit(step, force):
+  def _commit(self, step: int, force: bool = False, final: bool = False) -> None:
+    if self.course.commit(step, force, final):
       self._tell("after_commit", step)

@@ -27,11 +27,16 @@ class Saver:
     self.manager = None  # rank 0's checkpoints.Checkpoints, made by writer()
 
   @classmethod
-  def of_model(cls, model, optimizer, run, log, any_rank=None):
+  def of_model(cls, model, optimizer, run, log, any_rank=None, loss_scale=None):
     """(the step variable, a Saver of model, optimizer and step): run is flags.config's RunConfig.
-    The step lives in the checkpoint, so a restarted run continues the same LR schedule and data order."""
+    The step lives in the checkpoint, so a restarted run continues the same LR schedule and data order.
+    loss_scale: fp16's DynamicLossScale, checkpointed too (a resumed run restarting at 2^15 could
+    count its first overflow-skipped steps as a divergence); not in fp32/bf16 checkpoints."""
     step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step)
+    parts = dict(model=model, optimizer=optimizer, step=step)
+    if loss_scale is not None and loss_scale.enabled:
+      parts["loss_scale"] = tf.train.Checkpoint(scale=loss_scale.scale, good_steps=loss_scale.good_steps)
+    checkpoint = tf.train.Checkpoint(**parts)
     floating = [v for v in model.variables + optimizer.variables if tf.as_dtype(v.dtype).is_floating]
     return step, cls(checkpoint, run.model_dir, run.keep_checkpoints, log, floating, any_rank)
 
@@ -63,6 +68,12 @@ class Saver:
       return False
     if self.manager and self.manager.newest != os.path.join(self.directory, f"{checkpoints.PREFIX}-{step}"):
       if position is not None:
-        elastic.write_position(self.directory, step, position)
+        try:
+          elastic.write_position(self.directory, step, position)
+        except OSError as e:  # a full disk: the sentence a failed checkpoint gives, not a traceback
+          raise checkpoints.CheckpointError(
+              f"cannot save checkpoint {checkpoints.PREFIX}-{step} in {self.directory} "
+              f"({checkpoints.short_reason(e)}); the earlier checkpoints are intact, so free some space "
+              "(or make the directory writable) and restart.") from None
       self.manager.save(step, variables=())  # judged above, on every rank
     return True

@@ -39,3 +39,22 @@ def test_the_export_serves_the_runs_held_out_top1_in_a_fresh_process(tmp_path, d
   got = json.loads(served.stdout.strip().splitlines()[-1])
   assert got["count"] == 300
   assert abs(got["top1"] - summary["final_top1"]) < 1e-6, (got, summary["final_top1"])
+
+
+def test_a_failed_export_is_one_sentence_in_the_summary_not_a_traceback(tmp_path):
+  # A full disk or a tracing error at the export turned a finished run into exit 1 with a traceback.
+  import types
+  import keras
+  from flags.config import Source
+  from input.datasets import DIGITS
+  from training import export
+  model = keras.Sequential([keras.Input(DIGITS.image_shape), keras.layers.Flatten(), keras.layers.Dense(10)])
+  (tmp_path / "run").write_text("a file where the run's directory should be")
+  config = types.SimpleNamespace(data=types.SimpleNamespace(source=Source.DIGITS),
+                                 run=types.SimpleNamespace(model_dir=str(tmp_path / "run")))
+  lines = []
+  out = export.for_run(model, DIGITS, config, lambda fmt, *a: lines.append(fmt % a), newest="D/ckpt-9")
+  assert set(out) == {"export_error"} and "\n" not in out["export_error"]
+  assert out["export_error"].startswith(f"the SavedModel could not be written to {tmp_path}/run/export (")
+  assert "checkpoint D/ckpt-9 and summary.json are kept" in out["export_error"]
+  assert lines == [f"error: {out['export_error']}"]

@@ -6,6 +6,7 @@ import types
 import pytest
 
 from training import course, loop, outcome, report
+from input.sharding import Generation
 from training.elastic import Position
 from training.evaluation import HeldOut
 from training.loop import Loop, Policy
@@ -29,6 +30,17 @@ class Data:
     return sum(g.steps for g in generations)  # the steps this epoch has had: the fake deals the rest
 
 
+ONE = types.SimpleNamespace(size=1)
+UNIT = types.SimpleNamespace(step_batch=1, global_batch=1)  # one image a step: images count steps
+
+
+def fixed(start, spe, epochs, max_steps=0):
+  """A fixed run's course at step `start` (one world, one image a step)."""
+  epoch, offset = divmod(start, spe)
+  position = Position(epoch=epoch, current=Generation(1, 1, offset) if offset else None, images=start, step=start)
+  return course.Course(course.Held(position), types.SimpleNamespace(epochs=epochs, max_steps=max_steps), ONE, UNIT)
+
+
 class Run:
   """A fake world around the real Loop: what it did, in order, in `events`.
 
@@ -43,7 +55,7 @@ class Run:
     self.events, self.nonfinite, self.stop_at, self.top1 = [], set(nonfinite), stop_at, top1
     self.bad_saves, self.code, self.max_evals = set(bad_saves), stop_now, max_evals
     self.data = data or Data(spe)
-    self.course = the_course or course.Steps(start, types.SimpleNamespace(epochs=epochs, max_steps=max_steps))
+    self.course = the_course or fixed(start, spe, epochs, max_steps)
     self.hook = Recorder(self.events)
     self.loop = Loop(self.course, self.data, self.step, self.evaluate, self.save, schedule=lambda s: 0.5 + s,
                      stop_code=lambda: self.code, policy=policy, hooks=[self.hook], clock=lambda: 12.34)
@@ -94,7 +106,7 @@ def steps(*numbers):
 
 def test_a_run_trains_to_its_end_evaluating_and_saving_at_each_epoch_end():
   ending, events = Run(spe=4, epochs=2).run()
-  assert events == steps(1, 2, 3, 4) + [("eval", 4), ("save", 4)] + steps(5, 6, 7, 8) + [("eval", 8), ("save", 8)]
+  assert events == steps(1, 2, 3, 4) + [("save", 4), ("eval", 4)] + steps(5, 6, 7, 8) + [("save", 8), ("eval", 8)]
   assert (ending.status, ending.cause, ending.step, ending.epochs) == (outcome.OK, loop.FINISHED, 8, 2.0)
   assert ending.held.top1 == 0.1 and ending.lr == 0.5 + 7 and ending.reached is None
 
@@ -108,25 +120,29 @@ def test_evaluations_count_steps_into_the_epoch_when_the_spacing_does_not_divide
 
 def test_checkpoint_every_counts_the_runs_steps_and_max_steps_ends_mid_epoch():
   ending, events = Run(spe=4, epochs=9, max_steps=6, policy=Policy(checkpoint_every=3)).run()
-  assert events == (steps(1, 2, 3) + [("save", 3), ("step", 4), ("eval", 4), ("save", 4)] + steps(5, 6)
-                    + [("eval", 6), ("save", 6)])
+  assert events == (steps(1, 2, 3) + [("save", 3), ("step", 4), ("save", 4), ("eval", 4)] + steps(5, 6)
+                    + [("save", 6), ("eval", 6)])
   assert (ending.cause, ending.step) == (loop.FINISHED, 6)
 
 
 def test_every_batch_is_read_under_the_input_phase_even_after_a_save():
-  # The watchdog names the phase a rank is stuck in: a reader stuck after a checkpoint is 'input'.
+  # The watchdog names the phase a rank is stuck in: a reader stuck after a checkpoint is 'input';
+  # the first batch of a new epoch is 'epoch' (its iterator runs out, the next is built).
   r = Run(spe=4, epochs=2, policy=Policy(checkpoint_every=3))
   r.run()
   marks = [e for e in r.events if e[0] == "before" or e[0] == "step"]
   for i, event in enumerate(marks):
     if event[:2] == ("before", "step"):
-      assert marks[i - 1][:2] == ("before", "input"), marks[max(0, i - 3):i + 1]
+      want = "epoch" if event[2] == 4 else "input"
+      assert marks[i - 1][:2] == ("before", want), marks[max(0, i - 3):i + 1]
+  # After the epoch's last step, the iterator running out is 'epoch' work too, before the save.
+  assert ("step", 4) in marks and marks[marks.index(("step", 4)) + 1] == ("before", "epoch", 4)
 
 
 def test_a_target_met_mid_epoch_ends_the_run_there_and_saves():
   run = Run(spe=4, epochs=3, policy=Policy(eval_every=2, target_top1=0.5), top1=lambda s: 0.6 if s >= 6 else 0.1)
   ending, events = run.run()
-  assert events == (steps(1, 2) + [("eval", 2)] + steps(3, 4) + [("eval", 4), ("save", 4)] + steps(5, 6)
+  assert events == (steps(1, 2) + [("eval", 2)] + steps(3, 4) + [("save", 4), ("eval", 4)] + steps(5, 6)
                     + [("eval", 6), ("save", 6)])
   assert (ending.status, ending.cause, ending.step) == (outcome.TARGET_REACHED, loop.TARGET, 6)
   assert ending.reached == loop.Reached(seconds=12.3, step=6, epoch=1.5) and ending.held.top1 == 0.6
@@ -134,13 +150,14 @@ def test_a_target_met_mid_epoch_ends_the_run_there_and_saves():
 
 def test_a_target_met_at_an_epoch_end():
   ending, events = Run(spe=4, epochs=3, policy=Policy(target_top1=0.5), top1=lambda s: 0.6 if s >= 8 else 0.1).run()
-  assert events == steps(1, 2, 3, 4) + [("eval", 4), ("save", 4)] + steps(5, 6, 7, 8) + [("eval", 8), ("save", 8)]
+  # Saved before the evaluation that met it, and not saved (nor agreed on) again on the way out.
+  assert events == steps(1, 2, 3, 4) + [("save", 4), ("eval", 4)] + steps(5, 6, 7, 8) + [("save", 8), ("eval", 8)]
   assert (ending.status, ending.step, ending.reached.step) == (outcome.TARGET_REACHED, 8, 8)
 
 
 def test_a_target_met_at_the_last_evaluation_is_reached():
   ending, events = Run(spe=4, epochs=1, policy=Policy(target_top1=0.5), top1=lambda s: 0.6).run()
-  assert events == steps(1, 2, 3, 4) + [("eval", 4), ("save", 4)]
+  assert events == steps(1, 2, 3, 4) + [("save", 4), ("eval", 4)]
   assert (ending.status, ending.cause) == (outcome.TARGET_REACHED, loop.TARGET)
 
 
@@ -161,27 +178,27 @@ def test_a_stop_requested_during_an_evaluation_stops_after_the_next_step():
   run = Run(spe=4, epochs=2)
   run.loop.evaluate_fn = lambda on_batch: (setattr(run, "code", 2), run.evaluate(on_batch))[1]
   ending, events = run.run()
-  assert events == steps(1, 2, 3, 4) + [("eval", 4), ("save", 4), ("step", 5), ("save", 5)]
+  assert events == steps(1, 2, 3, 4) + [("save", 4), ("eval", 4), ("step", 5), ("save", 5)]
   assert (ending.status, ending.step, ending.stop_code) == (outcome.STOPPED, 5, 2)
 
 
 def test_a_stop_at_the_last_step_is_a_finished_run():
   # Nothing is left to resume: the final evaluation and save (and the export) as any finished run.
   ending, events = Run(spe=4, epochs=2, stop_at=8).run()
-  assert events[-3:] == [("step", 8), ("eval", 8), ("save", 8)]
+  assert events[-3:] == [("step", 8), ("save", 8), ("eval", 8)]
   assert (ending.status, ending.cause, ending.step) == (outcome.OK, loop.FINISHED, 8)
 
 
 def test_an_fp32_non_finite_step_ends_the_run_with_the_weights_of_the_step_before():
   ending, events = Run(spe=4, epochs=2, nonfinite={6}).run()
-  assert events == steps(1, 2, 3, 4) + [("eval", 4), ("save", 4), ("step", 5)]
+  assert events == steps(1, 2, 3, 4) + [("save", 4), ("eval", 4), ("step", 5)]
   assert (ending.status, ending.cause, ending.step, ending.lr) == (outcome.DIVERGED, loop.NONFINITE_STEP, 5, 5.5)
 
 
 @pytest.mark.parametrize("bad, want_status, want_events", [
-    ({3, 4}, outcome.OK, steps(1, 2, 3, 4) + [("eval", 4), ("save", 4)]),   # 2 skipped in a row: go on
+    ({3, 4}, outcome.OK, steps(1, 2, 3, 4) + [("save", 4), ("eval", 4)]),   # 2 skipped in a row: go on
     ({2, 3, 4}, outcome.DIVERGED, steps(1, 2, 3)),                          # the 3rd in a row: diverged
-    ({4, 5, 6}, outcome.DIVERGED, steps(1, 2, 3, 4) + [("eval", 4), ("save", 4), ("step", 5)]),  # counted across an evaluation
+    ({4, 5, 6}, outcome.DIVERGED, steps(1, 2, 3, 4) + [("save", 4), ("eval", 4), ("step", 5)]),  # counted across an evaluation
 ])
 def test_fp16_overflows_skip_steps_until_the_limit(bad, want_status, want_events):
   ending, events = Run(spe=4, epochs=2, max_steps=4 if bad == {3, 4} else 0, nonfinite=bad,
@@ -192,7 +209,7 @@ def test_fp16_overflows_skip_steps_until_the_limit(bad, want_status, want_events
 
 
 @pytest.mark.parametrize("policy, stop_at, top1, want_events", [
-    (Policy(), None, 0.1, steps(1, 2, 3, 4) + [("eval", 4), ("save", 4)]),                       # an epoch end
+    (Policy(), None, 0.1, steps(1, 2, 3, 4) + [("save", 4)]),                                    # an epoch end
     (Policy(checkpoint_every=2), None, 0.1, steps(1, 2) + [("save", 2)] + steps(3, 4) + [("save", 4)]),  # periodic
     (Policy(), 3, 0.1, steps(1, 2, 3) + [("save", 3)]),                                           # at a stop
     (Policy(eval_every=3, target_top1=0.5), None, 0.9, steps(1, 2, 3) + [("eval", 3), ("save", 3)]),  # a target
@@ -220,37 +237,75 @@ def test_a_run_with_nothing_left_to_train_evaluates_and_saves_nothing():
 
 
 def test_an_epoch_that_gives_no_batch_ends_the_run_with_a_sentence():
-  # Epoch 1 has 2 of its 4 batches (records lost): the next pass finds nothing at step 6, and must
-  # not evaluate and save step 6 again for ever.
-  run = Run(spe=4, epochs=3, data=Data(4, short={1: 2}))
-  with pytest.raises(loop.NoProgress, match=r"^epoch 1 gave no batch at step 6 of 12, "):
+  # Epoch 1 has none of its 4 batches (records lost): the pass finds nothing at step 4, and must
+  # not end epoch after epoch with no step, evaluating and saving step 4 each time.
+  run = Run(spe=4, epochs=3, data=Data(4, short={1: 0}))
+  with pytest.raises(loop.NoProgress, match=r"^epoch 1 gave no batch at step 4 of 12, "):
     run.run()
-  assert [e for e in run.events if e[0] == "eval"] == [("eval", 4), ("eval", 6)]
+  assert [e for e in run.events if e[0] == "eval"] == [("eval", 4)]
+
+
+def test_a_short_epoch_ends_early_and_the_next_goes_on():
+  # Epoch 1 gives 2 of its 4 batches: it ends there (saved, evaluated) and epoch 2 trains from its start.
+  ending, events = Run(spe=4, epochs=3, data=Data(4, short={1: 2})).run()
+  assert [e for e in events if e[0] == "eval"] == [("eval", 4), ("eval", 6), ("eval", 10)]
+  assert (ending.cause, ending.step, ending.epochs) == (loop.FINISHED, 10, 3.0)
 
 
 class FakeState:
   """What course.Elastic reads of a TrainingState."""
 
   def __init__(self):
-    self.position, self.saves = Position(), 0
+    self.position, self.saves, self.checks = Position(), 0, 0
 
   def save(self):
     self.saves += 1
 
   def check_host_updates(self):
-    pass
+    self.checks += 1
+
+
+def elastic_course(state, commit_every=3, epochs=2.0, max_steps=0):
+  return course.Elastic(state, commit_every, types.SimpleNamespace(epochs=epochs, max_steps=max_steps), ONE, UNIT)
 
 
 def test_elastic_commits_every_n_steps_and_at_each_checkpoint():
   state = FakeState()
-  data_config = types.SimpleNamespace(step_batch=8, global_batch=8)
-  elastic = course.Elastic(state, 3, types.SimpleNamespace(epochs=2.0, max_steps=0), num_train=32,
-                           world=types.SimpleNamespace(size=1), data_config=data_config)
-  ending, events = Run(data=Data(4, num_train=32), the_course=elastic).run()
-  assert events == (steps(1, 2, 3) + [("commit", 3), ("step", 4), ("eval", 4), ("save", 4), ("commit", 4)]
-                    + steps(5, 6) + [("commit", 6)] + steps(7, 8) + [("eval", 8), ("save", 8), ("commit", 8)])
-  # Ended by its last step, mid-way through epoch 1's batches as the course counts them.
-  assert state.saves == 4 and state.position.epoch == 1 and ending.epochs == 2.0 and ending.step == 8
+  ending, events = Run(data=Data(4, num_train=32), the_course=elastic_course(state)).run()
+  assert events == (steps(1, 2, 3) + [("commit", 3), ("step", 4), ("save", 4), ("eval", 4), ("commit", 4)]
+                    + steps(5, 6) + [("commit", 6)] + steps(7, 8) + [("save", 8), ("eval", 8), ("commit", 8)])
+  assert state.saves == 4 and ending.epochs == 2.0 and ending.step == 8 and ending.images == 8
+  # The run's final commit asks Horovod for no world change (one would start a world with nothing to train).
+  assert state.checks == 3
+
+
+def test_a_checkpoint_every_save_is_an_elastic_commit():
+  state = FakeState()
+  _, events = Run(data=Data(4), policy=Policy(checkpoint_every=2), the_course=elastic_course(state, 3, 1.0)).run()
+  assert events == (steps(1, 2) + [("save", 2), ("commit", 2), ("step", 3), ("commit", 3), ("step", 4),
+                                   ("save", 4), ("eval", 4), ("commit", 4)])
+
+
+def test_an_eval_every_that_divides_the_epoch_evaluates_its_end_once_whatever_the_course():
+  for the_course in (None, elastic_course(FakeState())):
+    _, events = Run(spe=4, epochs=2, policy=Policy(eval_every=2), the_course=the_course).run()
+    assert [e for e in events if e[0] == "eval"] == [("eval", 2), ("eval", 4), ("eval", 6), ("eval", 8)]
+
+
+def test_a_run_stopped_at_an_epochs_last_step_evaluates_that_epoch_when_it_resumes():
+  first = Run(spe=4, epochs=2, stop_at=4)
+  ending, events = first.run()
+  assert events == steps(1, 2, 3, 4) + [("save", 4)] and ending.status == outcome.STOPPED
+  again = Run(spe=4, epochs=2, the_course=course.Course(course.Held(first.course.position), first.course.run, ONE, UNIT))
+  ending, events = again.run()
+  assert events == [("save", 4), ("eval", 4)] + steps(5, 6, 7, 8) + [("save", 8), ("eval", 8)]
+  assert (ending.cause, ending.images) == (loop.FINISHED, 8)
+
+
+def test_a_finished_run_started_again_reports_a_target_its_evaluation_meets():
+  ending, events = Run(spe=4, epochs=2, start=8, policy=Policy(target_top1=0.5), top1=lambda s: 0.6).run()
+  assert events == [("eval", 8)]
+  assert (ending.status, ending.cause, ending.reached.step) == (outcome.TARGET_REACHED, loop.TARGET, 8)
 
 
 def test_due_is_one_predicate_for_evaluations_and_checkpoints():

@@ -73,3 +73,22 @@ def test_newest_reads_the_directory_whoever_asks(tmp_path):
     (tmp_path / f"ckpt-{n}.index").write_text("")
   (tmp_path / "ckpt-20.data-00000-of-00001").write_text("")  # data without an index: not a checkpoint
   assert checkpoints.newest(str(tmp_path)) == str(tmp_path / "ckpt-12")
+
+
+def test_the_fp16_loss_scale_is_checkpointed_and_resumed(tmp_path):
+  # A resumed fp16 run restarting at 2^15 could count its first overflow-skipped steps as a divergence.
+  import types
+  from optimizers import precision
+  model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+  optimizer = keras.optimizers.SGD(0.1)
+  run = types.SimpleNamespace(model_dir=str(tmp_path), keep_checkpoints=3)
+  scale = precision.DynamicLossScale(True)
+  _, saver = Saver.of_model(model, optimizer, run, lambda *a: None, loss_scale=scale)
+  scale.scale.assign(256.0)
+  scale.good_steps.assign(17)
+  saver.writer()
+  assert saver.save(3)
+  again = precision.DynamicLossScale(True)
+  _, restored = Saver.of_model(model, optimizer, run, lambda *a: None, loss_scale=again)
+  assert restored.writer().restore_newest() == 3
+  assert (float(again.scale), int(again.good_steps)) == (256.0, 17)
