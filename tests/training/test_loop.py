@@ -319,3 +319,9 @@ SUMMARY_CONFIG = types.SimpleNamespace(
     model=types.SimpleNamespace(name="resnet8"), comm=types.SimpleNamespace(allreduce="horovod"),
     optim=types.SimpleNamespace(optimizer="sgd", precision="fp32"),
     evaluation=types.SimpleNamespace(has_target=True, target_top1=0.5, target_top5=0.0))
+
+
+def test_an_epoch_end_on_a_checkpoint_every_step_saves_once():
+  # Each save agrees on finite weights across ranks (an allreduce): the epoch end's save is the one.
+  _, events = Run(spe=4, epochs=2, policy=Policy(checkpoint_every=2)).run()
+  assert [e for e in events if e[0] == "save"] == [("save", 2), ("save", 4), ("save", 6), ("save", 8)]
