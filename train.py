@@ -154,9 +154,11 @@ def setup():
   threads = config.run.threads or world.threads_per_rank()
   tf.config.threading.set_intra_op_parallelism_threads(threads)
   tf.config.threading.set_inter_op_parallelism_threads(2)
-  # scanned: what --data_dir holds, read once here and handed to the pipeline.
+  # scanned: what --data_dir holds, read once here and handed to the pipeline. One gather of every
+  # rank's problem and of what it will read: hosts whose copies of the data differ stop here, before
+  # config.json or a checkpoint is written (comm/sync.first_error; --elastic agrees in each world instead).
   problem, scanned = flags.check_paths(config)
-  problem = mode.first_error(mode.launcher_problem() or problem)
+  problem = mode.first_error(mode.launcher_problem() or problem, scanned)
   if problem:
     fail(problem)
   # A rank that stops making progress ends the job with a line naming it (training/watchdog.py).

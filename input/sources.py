@@ -10,6 +10,7 @@ raised before the model is built.
 import dataclasses
 import json
 import os
+import re
 
 import tensorflow as tf
 
@@ -21,6 +22,10 @@ IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png")
 FOLDER_SPLITS = {"train": ("train",), "eval": ("val", "validation")}
 INFO_FILE = "dataset_info.json"  # written by input.convert: classes and record counts
 LABEL_PROBES = 8  # files whose first record's label is checked before training
+# A shard's name: ImageNet's train-00002-of-01024 (input/records.shard_name) and tfds's
+# fashion_mnist-train.tfrecord-00000-of-00001 alike; a writer's .tmp-PID file does not match.
+SHARD = re.compile(r"^(?P<prefix>.+)-(?P<index>\d+)-of-(?P<count>\d+)$")
+NAMED_MISSING = 5  # missing shards named in full; the rest counted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +74,32 @@ def scan(config) -> Scanned:
 
 # --------------------------------------------------------------- TFRecords --
 
+def missing_shards(paths) -> list[str]:
+  """The shards that the -NNNNN-of-MMMMM names of `paths` say exist but are absent from them:
+  sorted base names, [] for a complete set (pure: names only, so a rank finds a gap in its copy of
+  the set before it counts a record). Names without -of- say nothing and are left out."""
+  sets: dict[tuple, set[int]] = {}
+  for path in paths:
+    m = SHARD.match(os.path.basename(path))
+    if m:
+      key = (os.path.dirname(path), m["prefix"], len(m["index"]), m["count"])
+      sets.setdefault(key, set()).add(int(m["index"]))
+  missing = []
+  for (_, prefix, width, count), present in sorted(sets.items()):
+    missing += [f"{prefix}-{i:0{width}d}-of-{count}" for i in range(int(count)) if i not in present]
+  return missing
+
+
+def _missing_sentence(data_dir, missing, count, where, again) -> str:
+  """'--data_dir=D is missing a, b ... of the M shards ...; copy ... or ...'. count: the set's shards;
+  where: where the set was made; again: how to make the missing shards."""
+  named = ", ".join(missing[:NAMED_MISSING]) + (f" and {len(missing) - NAMED_MISSING} more"
+                                                if len(missing) > NAMED_MISSING else "")
+  what, it = (named, "it") if len(missing) == 1 else (f"{len(missing)} shards: {named}", "them")
+  return (f"--data_dir={data_dir} is missing {what} of the {count:,} shards of its set; copy "
+          f"{it} from where the set was {where}, or {again}.")
+
+
 def _count(paths, flag_hint, skip_corrupt, damaged):
   counts = []
   for path in paths:
@@ -92,8 +123,12 @@ def _tfrecords(config) -> Scanned:
         "point --data_dir at them, or convert an image folder with "
         f"`python -m input.convert --src FOLDER --dst {d}`.")
   evals = records.shard_paths(d, "eval")
-  damaged = []
   hint = "python -m input.convert resumes and rewrites missing shards"
+  missing = missing_shards(train) or missing_shards(evals)
+  if missing:
+    count = int(SHARD.match(missing[0])["count"])
+    raise ConfigError(_missing_sentence(d, missing, count, "written", f"write the set again ({hint})"))
+  damaged = []
   train_counts = _count(train, hint, config.skip_corrupt, damaged)
   eval_counts = _count(evals, hint, config.skip_corrupt, damaged)
   meta = {}
@@ -211,6 +246,17 @@ def _tfds(config) -> Scanned:
                  tuple(int(i.take) for i in instructions))
 
   eval_name = next((s for s in ("validation", "test") if s in splits), None)
+  for split_name in [s for s in ("train", eval_name) if s]:
+    # tfds's metadata names every shard and its records (file_instructions leaves empty ones out):
+    # each that holds records must be there.
+    shards = splits[split_name]
+    expected = [os.fspath(p) for p, n in zip(shards.filepaths, shards.shard_lengths) if n]
+    present = {os.path.basename(p) for p in tf.io.gfile.glob(os.path.join(os.path.dirname(expected[0]), "*"))} \
+        if expected else set()
+    missing = [os.path.basename(p) for p in expected if os.path.basename(p) not in present]
+    if missing:
+      raise ConfigError(_missing_sentence(d, missing, len(expected), "prepared",
+                                          f"prepare it again (`tfds build {name} --data_dir={d}`)"))
   train, evals = split("train"), split(eval_name) if eval_name else Split()
   info = imagenet_like(config.dataset.name, num_classes, config.image_size, train.total, evals.total)
   return Scanned(info=info, source=Source.TFDS, train=train, eval=evals, tfds_name=name, data_dir=d)

@@ -6,8 +6,10 @@ train.py chooses once (`of`) and asks the mode wherever the two differ; nothing 
 
                      Fixed                           Elastic
   launcher           any                             horovodrun --gloo --min-np M --host-discovery-script S
-  collectives        path check, input barrier,      none: a rank that joins later would meet none
-  before the loop    broadcast of the state          there and hang (horovod#2652); the state's sync
+  collectives        one gather of the path checks   none: a rank that joins later would meet none
+  before the loop    and of what each rank reads,    there and hang (horovod#2652); the state's sync
+                     input barrier, broadcast of     and the agreement on the data open each world
+                     the state and the position
   stall watchdog     on                              off: a world change renumbers the ranks
   input              one writer per node             every rank writes what is missing; one reader width
   resuming           the checkpoint's position-N.json (where in the data: epoch, images, generations),
@@ -56,9 +58,10 @@ class Fixed:
   def stall_timeout(self, seconds: float) -> float:
     return seconds
 
-  def first_error(self, problem: str | None) -> str | None:
-    """Every rank's verdict gathered (paths can differ between hosts): all stop together."""
-    return sync.first_error(self.hvd, problem)
+  def first_error(self, problem: str | None, scanned=None) -> str | None:
+    """Every rank's verdict gathered (paths can differ between hosts), and what each will read
+    (scanned: its input.sources.Scanned): all stop together, also when their data differ."""
+    return sync.first_error(self.hvd, problem, scanned)
 
   def prepare_input(self, data_config) -> None:
     pipeline.prepare(data_config, self.world)
@@ -116,6 +119,7 @@ class Fixed:
 class Elastic(Fixed):
   """Worlds that change (training/elastic.py): the loop runs once per world from the last commit."""
   elastic_input = True
+  scanned = None  # this rank's input.sources.Scanned, kept by first_error for each world's agreement
 
   def __init__(self, hvd, world, ranks_per_node: int):
     super().__init__(hvd, world)
@@ -132,8 +136,11 @@ class Elastic(Fixed):
   def stall_timeout(self, seconds: float) -> float:
     return 0  # the heartbeats are named by ranks, which a world change renumbers
 
-  def first_error(self, problem: str | None) -> str | None:
-    return problem  # each rank judges its own paths: no collective before the elastic loop
+  def first_error(self, problem: str | None, scanned=None) -> str | None:
+    """This rank's own verdict: no collective before the elastic loop. scanned is kept for the
+    agreement on the data that each world makes instead (sync.agree_on_data(hvd, self.scanned))."""
+    self.scanned = scanned
+    return problem
 
   def prepare_input(self, data_config) -> None:
     pipeline.prepare(data_config, self.world, every_rank=True)
@@ -170,6 +177,9 @@ class Elastic(Fixed):
         except ConfigError as e:  # --global_batch_size that no longer divides: the run ends here
           raise ConfigError(f"the world changed to {now.size} ranks: {e}") from None
       config_now, data_now = built[now]
+      problem = sync.agree_on_data(self.hvd, self.scanned)  # a collective every rank of this world makes
+      if problem:
+        raise ConfigError(problem)
       self.world = now  # rank 0 of this world logs and writes
       self._joined(state, now, config_now)
       course = course_lib.Elastic(state, config_now.faults.elastic_commit_every, config_now.run, now,

@@ -14,6 +14,7 @@ from bench import samples
 from comm.topology import World
 from flags import data as data_flags
 from flags.config import ConfigError
+from comm import agreement
 from input import convert, pipeline, records, sources
 
 NUM = 100       # sample images; one class each, so a training label is the example's id
@@ -260,3 +261,63 @@ def test_a_record_file_with_a_bad_checksum_is_named(tmp_path, tfrecords):
   shard.write_bytes(bytes(data))
   problem = check("imagenet", str(root))
   assert f"{shard} is damaged" in problem
+
+
+# ------------------------------------------------------- incomplete shard sets --
+
+@pytest.mark.parametrize("names, want", [
+    (["train-00000-of-00002", "train-00001-of-00002"], []),
+    (["train-00000-of-00004", "train-00001-of-00004", "train-00003-of-00004"], ["train-00002-of-00004"]),
+    (["train-00000-of-00002", "train-00001-of-00002", "validation-00001-of-00002"], ["validation-00000-of-00002"]),
+    (["train-00001-of-00003"], ["train-00000-of-00003", "train-00002-of-00003"]),
+    # tfds names its files the same way after a prefix of its own
+    (["fashion_mnist-train.tfrecord-00000-of-00002"], ["fashion_mnist-train.tfrecord-00001-of-00002"]),
+    (["/d/imagenet2012-validation.tfrecord-00000-of-00002", "/d/imagenet2012-validation.tfrecord-00001-of-00002"],
+     []),
+    # a writer's temporary file and other names say nothing about the set
+    (["train-00000-of-00001", "train-00001-of-00002.tmp-123", "README"], []),
+    (["/data/x/train-00000-of-00002"], ["train-00001-of-00002"]),
+])
+def test_missing_shards_are_the_gaps_in_the_of_m_names(names, want):
+  assert sources.missing_shards(names) == want
+
+
+def empty_shards(directory, names):
+  os.makedirs(directory, exist_ok=True)
+  for name in names:
+    open(os.path.join(directory, name), "wb").close()
+  return str(directory)
+
+
+def test_a_missing_shard_is_named_before_any_record_is_counted(tmp_path):
+  # Empty files named like shards: the names alone must give it away (today's scan would count 0
+  # records and blame the batch size).
+  d = empty_shards(tmp_path, ["train-00000-of-00004", "train-00001-of-00004", "train-00003-of-00004",
+                              "validation-00000-of-00001"])
+  problem = check("imagenet", d)
+  assert problem.startswith(f"--data_dir={d} is missing train-00002-of-00004 of the 4 shards of its set; copy it")
+  assert "python -m input.convert" in problem
+  d = empty_shards(tmp_path / "b", ["train-00000-of-00010"] + ["validation-00000-of-00002"])
+  problem = check("imagenet", d)
+  assert "is missing 9 shards: train-00001-of-00010, train-00002-of-00010, train-00003-of-00010, " \
+         "train-00004-of-00010, train-00005-of-00010 and 4 more" in problem, problem
+  assert "validation-00001-of-00002" not in problem  # the first split's gaps are enough to name the fault
+
+
+def test_a_shard_of_a_prepared_tfds_set_that_is_missing_is_named(tmp_path):
+  prepare_tfds_samples(tmp_path)
+  shard = next(p for p in tmp_path.rglob("*-train.tfrecord-*-of-*"))
+  os.remove(shard)
+  problem = check("tfds:sample_images", str(tmp_path))
+  assert problem is not None and shard.name in problem and "tfds build sample_images" in problem, problem
+
+
+def test_the_fingerprint_counts_what_skip_corrupt_leaves(tmp_path, tfrecords):
+  # The same files in another directory agree; a copy with one truncated shard, read with
+  # --skip_corrupt, holds one record fewer, and the fingerprint says so.
+  intact = agreement.of(sources.scan(data_config("imagenet", str(copy_of(tfrecords, tmp_path)))))
+  assert intact == agreement.of(sources.scan(data_config("imagenet", tfrecords)))
+  damaged = tmp_path / "train-00002-of-00007"
+  damaged.write_bytes(damaged.read_bytes()[:-1000])
+  cut = agreement.of(sources.scan(data_config("imagenet", str(tmp_path), skip_corrupt=True)))
+  assert (cut.train, cut.damaged, intact.train, intact.damaged) == (NUM - 1, 1, NUM, 0)

@@ -5,6 +5,7 @@ more than most checks take, so one launch serves several (tests/multiprocess/tes
 Usage: checks.py [--ranks_per_node=N] CHECK [ARG ...] [CHECK [ARG ...] ...]
   exchange [ALGORITHM]   the exchange is the mean, broadcast makes replicas identical, the step's
                          noise-scale norms (exchange_check.py; ALGORITHM default horovod)
+  data                   ranks holding different data stop with one sentence naming them (2 ranks)
   evaluation             held-out top-1/top-5/loss are counts over every rank (2 ranks)
   overflow               an fp16 overflow on one rank is skipped on every rank (2 ranks or more)
   accumulation FLAGS     train.py's flags and --out=FILE.npz; also runs as one plain process
@@ -15,7 +16,7 @@ Usage: checks.py [--ranks_per_node=N] CHECK [ARG ...] [CHECK [ARG ...] ...]
   horovodrun -np 4 python tests/multiprocess/scripts/checks.py --ranks_per_node=2 \\
       exchange accumulation --data_dir=DIGITS --batch_size=8 --out=ranks.npz comm resnet20
   horovodrun -np 2 --gloo python tests/multiprocess/scripts/checks.py \\
-      exchange evaluation overflow reducescatter 60 comm resnet50,alexnet
+      data exchange evaluation overflow reducescatter 60 comm resnet50,alexnet
   python tests/multiprocess/scripts/checks.py accumulation --data_dir=DIGITS --batch_size=8 \\
       --accumulation_steps=4 --out=one.npz
 
@@ -34,6 +35,7 @@ import horovod.tensorflow as hvd  # noqa: E402
 import comm  # noqa: E402
 import accumulation_check  # noqa: E402  (this script's folder is on sys.path)
 import comm_check  # noqa: E402
+import data_check  # noqa: E402
 import evaluation_check  # noqa: E402
 import exchange_check  # noqa: E402
 import overflow_check  # noqa: E402
@@ -41,6 +43,7 @@ import reducescatter_check  # noqa: E402
 
 # name -> run(world, args): each raises (AssertionError mostly) when its property does not hold.
 CHECKS = {
+    "data": data_check.run,
     "exchange": exchange_check.run,
     "evaluation": evaluation_check.run,
     "overflow": overflow_check.run,
