@@ -58,13 +58,20 @@ def first_error(hvd, message: str | None, scanned=None) -> str | None:
   whose data differ (scanned: this rank's input.sources.Scanned, or None), identical on all ranks.
 
   Lets a check that only some ranks can make (a path on one host, a shard missing there) stop every
-  rank with the same sentence instead of leaving the others waiting in a collective; and ranks whose
+  rank with the same sentence, naming the rank and host that found it, instead of leaving the others waiting in a collective; and ranks whose
   copies of --data_dir differ stop here instead of drifting apart, or hanging at the first epoch's
   end, later. Horovod: one allgather_object for both, the start-up's one round trip.
   """
   reports = hvd.allgather_object(_Report(message or "", agreement.of(scanned), socket.gethostname()),
                                  name="first_error")
-  return next((r.message for r in reports if r.message), None) or _disagreement(reports)
+  said = [(rank, r) for rank, r in enumerate(reports) if r.message]
+  if not said:
+    return _disagreement(reports)
+  rank, first = said[0]
+  if len(said) == len(reports) and len({r.message for _, r in said}) == 1:
+    return first.message  # every rank's own verdict (a bad flag): no host to name
+  # A problem some ranks found (a path on one host): the others' line says where it is.
+  return f"rank {rank} on {first.host}: {first.message}"
 
 
 def agree_on_data(hvd, scanned) -> str | None:

@@ -81,12 +81,13 @@ def test_first_error_also_compares_what_the_ranks_hold_in_the_same_gather():
       "files, rank 1 on hostB has 1,122 / 300 in 4 files; make --data_dir hold the same files on every host.")
   assert len(hvd.names) == 1  # one round trip for both: start-up pays nothing more
   # A rank's own problem comes first (its data may be why the counts differ).
+  # Found on one host only: the line every rank prints says where.
   assert sync.first_error(Gathering({"host": "hostB", "held": None, "message": "--data_dir=/x does not exist"}),
-                          None, mine) == "--data_dir=/x does not exist"
+                          None, mine) == "rank 1 on hostB: --data_dir=/x does not exist"
   # The same data everywhere (and synthetic, with nothing scanned) agrees.
   assert sync.first_error(Gathering({"host": "hostB"}), None, mine) is None
   assert sync.first_error(Gathering({"host": "hostB"}), None) is None
-  assert sync.first_error(Gathering({"host": "hostB"}), "bad flag") == "bad flag"
+  assert sync.first_error(Gathering({"host": "hostB"}), "bad flag") == "bad flag"  # every rank's: no host named
 
 
 def test_agree_on_data_is_one_gather_of_what_each_rank_holds():
