@@ -81,7 +81,10 @@ class Course:
     left = self.last_step(spe) - self.nominal_step(spe)
     count = left if count is None else min(count, left)
     if not p.history:
-      return p.epoch, data.train_epoch(p.epoch, first_step=p.current.steps if p.current else 0, count=count)
+      done = p.current.steps if p.current else 0
+      if done >= spe:  # saved at the epoch's last step, before its end: only the end (save, evaluation) is left
+        return p.epoch, ()
+      return p.epoch, data.train_epoch(p.epoch, first_step=done, count=count)
     plan = data.elastic_plan(p.epoch, p.history + ((p.current,) if p.current else ()))
     return p.epoch, data.train_epoch(p.epoch, plan=plan, count=count)
 
