@@ -39,6 +39,14 @@ def newest_checkpoint(model_dir: str) -> int | None:
   return max(steps, default=None)
 
 
+def per_rank_data_dir(root: str) -> list[str]:
+  """A Job's program that runs train.py with --data_dir=<root>/<rank>, as two hosts hold two copies
+  of one --data_dir (the rank from Open MPI's environment, or Gloo's HOROVOD_RANK); exec'd, so the
+  rank's process is train.py itself (Job.rank_pid finds it)."""
+  script = 'd=$1; shift; exec "$0" train.py --data_dir="$d/${OMPI_COMM_WORLD_RANK:-$HOROVOD_RANK}" "$@"'
+  return ["sh", "-c", script, PYTHON, root]
+
+
 def last_step(text: str) -> int:
   """The newest step of rank 0's progress lines in text (0 before the first)."""
   steps = STEP_LINE.findall(text)
@@ -54,10 +62,13 @@ class Job:
   """
 
   def __init__(self, model_dir: str, *train_args: str, np_: int = 2, gloo: bool = False,
-               launcher: list[str] | None = None, extra_env: dict | None = None):
+               launcher: list[str] | None = None, extra_env: dict | None = None,
+               program: list[str] | None = None):
+    """program: what each rank runs before --model_dir and train_args (default `python train.py`;
+    per_rank_data_dir's wrapper gives each rank a --data_dir of its own)."""
     self.model_dir = model_dir
     cmd = launcher or ["horovodrun", "-np", str(np_), "-H", f"localhost:{np_}"] + (["--gloo"] if gloo else [])
-    self.cmd = cmd + [PYTHON, "train.py", f"--model_dir={model_dir}", *train_args]
+    self.cmd = cmd + (program or [PYTHON, "train.py"]) + [f"--model_dir={model_dir}", *train_args]
     self.env = dict(env(), **(extra_env or {}))
     self.pids: set[int] = set()
     self._seen: dict[int, psutil.Process] = {}
@@ -240,6 +251,13 @@ class Hosts:
   def pids(self, host: str) -> set[int]:
     out = subprocess.run(["ip", "netns", "pids", host], capture_output=True, text=True).stdout
     return {int(p) for p in out.split()}
+
+  def connections(self, host: str, pid: int) -> set[tuple[str, str]]:
+    """The established TCP connections (local, peer address:port) of process pid in host's
+    namespace: a rank that holds some has initialised Horovod (Gloo's pairs, the driver's services)."""
+    out = subprocess.run(["ip", "netns", "exec", host, "ss", "-Htnp", "state", "established"],
+                         capture_output=True, text=True).stdout
+    return {(f[-3], f[-2]) for line in out.splitlines() if f"pid={pid}," in line and len(f := line.split()) >= 5}
 
   def launcher(self, np_: int, min_np: int, max_np: int, *more: str) -> list[str]:
     """horovodrun in elastic mode over Gloo on the first host, the others reached by the cluster's
