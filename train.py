@@ -131,7 +131,7 @@ def train(stop_request: signals.StopRequest):
     return new, input_for(new, world, mode, scanned)
 
   try:
-    result = mode.run(run_world, config, data, int(step_var), saver=saver, rebuild=rebuild,
+    result = mode.run(run_world, config, data, int(step_var), saver=saver, rebuild=rebuild, watchdog=watchdog,
                       variables=variables + [loss_scale.scale, loss_scale.good_steps])
   except (flags.ConfigError, checkpoints.CheckpointError, NoProgress) as e:  # the checkpoints stay intact
     fail(str(e))
@@ -162,8 +162,9 @@ def setup():
   if problem:
     fail(problem)
   # A rank that stops making progress ends the job with a line naming it (training/watchdog.py).
-  watchdog = watchdog_lib.Watchdog.started(world, config.run.model_dir, mode.stall_timeout(config.faults.stall_timeout),
-                                           newest_checkpoint=lambda: checkpoints.newest(config.run.model_dir))
+  watchdog = watchdog_lib.Watchdog.started(world, config.run.model_dir, config.faults.stall_timeout,
+                                           newest_checkpoint=lambda: checkpoints.newest(config.run.model_dir),
+                                           peers=mode.watch_peers)
   mode.log("ranks %d (%d per node, %d nodes), %d threads per rank; batch %d per rank%s, global %d",
            world.size, world.local_size, world.cross_size, threads, config.data.batch_size,
            f" x {config.data.accumulation_steps} accumulation steps" if config.data.accumulation_steps > 1 else "",

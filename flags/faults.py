@@ -11,7 +11,8 @@ def define() -> None:
       "every rank exits with status 4 and a line naming the rank and host that stopped; the limit "
       "grows to 20 typical steps for slow steps, or 4 times the slowest of its kind so far (epoch "
       "change, evaluation, checkpoint), and is at least 120 s the first time each kind runs; a rank "
-      "waiting for another still within its own limit waits on. 0 disables.")
+      "waiting for another still within its own limit waits on. Under --elastic each rank is judged "
+      "on its own progress, with no limit while a world re-forms. 0 disables.")
   absl_flags.DEFINE_integer(
       "max_skipped_steps", 10,
       "fp16: stop the run as diverged (status 3) after this many overflow-skipped steps in a row, "

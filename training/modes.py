@@ -10,7 +10,9 @@ train.py chooses once (`of`) and asks the mode wherever the two differ; nothing 
   before the loop    and of what each rank reads,    there and hang (horovod#2652); the state's sync
                      input barrier, broadcast of     and the agreement on the data open each world
                      the state and the position
-  stall watchdog     on                              off: a world change renumbers the ranks
+  stall watchdog     on, the ranks' heartbeats       on, each rank on its own progress (a world
+                     name the one that stalled       change renumbers the ranks); no limit while
+                                                     the world re-forms (Horovod bounds it)
   input              one writer per node             every rank writes what is missing; one reader width
   resuming           the checkpoint's position-N.json (where in the data: epoch, images, generations),
                      broadcast with the weights      sent by the state's sync
@@ -55,8 +57,7 @@ class Fixed:
   def launcher_problem(self) -> str | None:
     return None
 
-  def stall_timeout(self, seconds: float) -> float:
-    return seconds
+  watch_peers = True  # the watchdog's heartbeats name the rank that stalled
 
   def first_error(self, problem: str | None, scanned=None) -> str | None:
     """Every rank's verdict gathered (paths can differ between hosts), and what each will read
@@ -107,7 +108,7 @@ class Fixed:
     self.position = elastic.Position.from_json(
         self.hvd.broadcast_object(self.position.to_json(), root_rank=0, name="position"))
 
-  def run(self, run_world, config, data, step: int, *, variables, saver, rebuild) -> WorldRun:
+  def run(self, run_world, config, data, step: int, *, variables, saver, rebuild, watchdog) -> WorldRun:
     held = course_lib.Held(self._for_world(self.position, config, data))
     return run_world(self.world, config, data,
                      course_lib.Course(held, config.run, self.world, config.data, getattr(data, "readers", 0)))
@@ -133,8 +134,7 @@ class Elastic(Fixed):
               "(see docs/faults.md), or drop --elastic.")
     return None
 
-  def stall_timeout(self, seconds: float) -> float:
-    return 0  # the heartbeats are named by ranks, which a world change renumbers
+  watch_peers = False  # the heartbeats are named by ranks, which a world change renumbers
 
   def first_error(self, problem: str | None, scanned=None) -> str | None:
     """This rank's own verdict: no collective before the elastic loop. scanned is kept for the
@@ -161,14 +161,16 @@ class Elastic(Fixed):
   def start(self, variables) -> None:
     """The state's sync broadcasts them at the start of every world."""
 
-  def run(self, run_world, config, data, step: int, *, variables, saver, rebuild) -> WorldRun:
+  def run(self, run_world, config, data, step: int, *, variables, saver, rebuild, watchdog) -> WorldRun:
     """run_world once per world until the run ends. variables: what a commit keeps (weights,
     slots, step, the fp16 loss scale: a rank that joins must scale as the others do);
-    rebuild(world) -> (config, data) of a new world (the global batch may change)."""
+    rebuild(world) -> (config, data) of a new world (the global batch may change); watchdog:
+    told when a world re-forms (no limit) and when a new one begins (first-time work again)."""
     built = {self.world: (config, data)}  # the world's config and input, built once
     state = elastic.TrainingState(self.hvd, variables, self.position)
 
     def one_world(state):
+      watchdog.new_world()
       now = comm.world(self.hvd, self.ranks_per_node)
       if now not in built:
         built.clear()
@@ -193,6 +195,7 @@ class Elastic(Fixed):
     def keep_commit():
       """Before the world re-forms: rank 0 (of the old world) checkpoints the committed state, so
       a job whose world never re-forms (fewer than --min-np ranks) resumes from it, and says so."""
+      watchdog.mark("world")
       if not (self.world.is_chief and saver.manager):
         return
       step = state.position.step

@@ -38,6 +38,12 @@ bounded: a peer's deadline is its progress time plus its limit, which only its
 progress moves on; a stopped peer (a stale heartbeat) or one past its limit ends
 the job as before, and a rank that sees no heartbeats keeps its own limit.
 
+Under --elastic a world change renumbers the ranks, so no heartbeats are kept and each rank is
+judged on its own progress (peers=False): a collective that never returns after a peer was lost
+(Gloo's background loop can die without failing the op it holds) ended nothing before, and the
+survivor and horovodrun waited for ever. The world re-forming is 'world' work, which Horovod's
+own timeouts bound; each new world's work is first-time work again (new_world).
+
 Rank 0 fires first; the others wait GRACE_SECONDS more (on a peer too), so the
 line users read is rank 0's, which names the culprit: every rank writes a
 heartbeat file (step, phase, times, limit, host, pid) into <model_dir>/heartbeats
@@ -47,6 +53,7 @@ another phase. A rank whose file rank 0 cannot see (a model_dir not shared
 between hosts) is named as such.
 """
 import json
+import math
 import os
 import shutil
 import socket
@@ -72,7 +79,7 @@ RECENT = 50           # units of each kind remembered
 STARTUP_SECONDS = 120
 # Kinds of work (any other phase is the set-up): the input of a step belongs to the step.
 KINDS = {"input": "step", "step": "step", "epoch": "epoch", "eval": "eval", "checkpoint": "checkpoint",
-         "export": "export"}
+         "export": "export", "world": "world"}
 
 
 def horovod_stall_defaults(stall_timeout: float) -> None:
@@ -90,7 +97,11 @@ def stall_limit(floor_seconds: float, kind: str, took: dict[str, list[float]], f
   'epoch', 'eval', 'checkpoint': one epoch change, evaluation or save as a whole).
   first_time: no unit of this kind has ended in this process (the set-up, the first step, epoch
   change, evaluation or checkpoint, the export), so it may be tracing a function or building a dataset.
+  'world' (--elastic: a world re-forming, waiting for --min-np ranks or for a joining host's start-up)
+  has no limit here: Horovod bounds it (horovodrun's --elastic-timeout, its rendezvous timeout).
   """
+  if kind == "world":
+    return math.inf
   if first_time:
     return max(2 * floor_seconds, STARTUP_SECONDS)
   seen = took.get(kind, [])
@@ -148,8 +159,9 @@ class Watchdog:
   clock: seconds (time.time; the tests move a clock by hand)."""
 
   def __init__(self, rank: int, size: int, floor_seconds: float, directory: str, log=None,
-               newest_checkpoint=lambda: None, clock=time.time):
+               newest_checkpoint=lambda: None, clock=time.time, peers: bool = True):
     self.rank, self.size = rank, size
+    self.peers = peers  # False (--elastic): no heartbeats, each rank judged on its own progress
     self.floor = floor_seconds
     self.directory = directory
     self.newest_checkpoint = newest_checkpoint
@@ -166,13 +178,14 @@ class Watchdog:
     self._thread = threading.Thread(target=self._run, name="watchdog", daemon=True)
 
   @classmethod
-  def started(cls, world, model_dir: str, floor_seconds: float, newest_checkpoint) -> "Watchdog":
+  def started(cls, world, model_dir: str, floor_seconds: float, newest_checkpoint, peers: bool = True) -> "Watchdog":
     """This rank's watchdog, running, its heartbeats in <model_dir>/heartbeats (rank 0 empties it
-    first: a previous run's would name ranks of another job)."""
+    first: a previous run's would name ranks of another job). peers=False (--elastic, where a world
+    change renumbers the ranks the heartbeats are named by): none written or read."""
     directory = os.path.join(model_dir, "heartbeats")
-    if world.is_chief:
+    if world.is_chief and peers:
       shutil.rmtree(directory, ignore_errors=True)
-    dog = cls(world.rank, world.size, floor_seconds, directory, newest_checkpoint=newest_checkpoint)
+    dog = cls(world.rank, world.size, floor_seconds, directory, newest_checkpoint=newest_checkpoint, peers=peers)
     dog.start()
     return dog
 
@@ -187,6 +200,12 @@ class Watchdog:
     if KINDS.get(phase, "setup") != self._kind():
       self._enter(self.clock())
     self.phase = phase
+
+  def new_world(self) -> None:
+    """A new world began (--elastic, after the world re-formed): its work is first-time work again
+    (the step traced for the new number of ranks, the input built again), judged from here."""
+    self._done_kinds.clear()
+    self.mark("setup")
 
   def progress(self, step: int, phase: str = "step", timed: bool = True) -> None:
     """Work was done: a step (timed=True adds its duration to the typical step time), an
@@ -258,6 +277,8 @@ class Watchdog:
     return os.path.join(self.directory, f"rank-{rank}.json")
 
   def _beat(self) -> None:
+    if not self.peers:
+      return
     beat = {"rank": self.rank, "host": self.host, "pid": os.getpid(), "step": self.step,
             "phase": self.phase, "progress_time": self._progress_time, "limit": self.own_limit(),
             "beat_time": self.clock()}
@@ -271,8 +292,10 @@ class Watchdog:
       pass  # best effort: a rank that cannot write is named as unseen by rank 0
 
   def _read(self) -> dict[int, dict | None]:
-    """The other ranks' heartbeats."""
+    """The other ranks' heartbeats (none read without peers)."""
     beats = {}
+    if not self.peers:
+      return beats
     for rank in range(self.size):
       if rank == self.rank:
         continue

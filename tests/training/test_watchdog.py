@@ -36,6 +36,9 @@ class Clock:
     (10, "eval", {"eval": [1.0], "epoch": [8.0]}, False, 10),  # another kind's history is not this one's
     (10, "checkpoint", {"checkpoint": [40.0]}, False, 160.0),
     (300, "checkpoint", {"checkpoint": [40.0]}, False, 300),
+    # --elastic: a world re-forming waits for --min-np ranks or a joiner's start-up; Horovod bounds it.
+    (10, "world", {}, True, float("inf")),
+    (10, "world", {"world": [700.0]}, False, float("inf")),
 ])
 def test_stall_limit(floor, kind, took, first_time, want):
   assert watchdog.stall_limit(floor, kind, took, first_time) == want
@@ -75,6 +78,31 @@ def test_the_epoch_change_is_first_time_work_then_judged_against_the_slowest_so_
   assert dog.overdue() == (33, 32)
   dog.mark("step")   # the epoch change ended: the step is judged from here, by the steps' limit
   assert dog.limit() == 10 and dog.overdue() is None
+
+
+def test_an_elastic_rank_is_judged_on_its_own_progress_and_each_world_starts_afresh(tmp_path):
+  # make test, a fresh clone: a survivor's step after its peer was SIGKILLed never returned (Gloo's
+  # background loop died without failing the op), and with the watchdog off under --elastic the
+  # survivor and horovodrun waited past the test's 900 s. A world change renumbers the ranks, so
+  # no heartbeat is read or written: a peer's fresh one (a rank 1 of another world) explains nothing.
+  clock = Clock()
+  (tmp_path / "rank-1.json").write_text(json.dumps(beat(9, "checkpoint", age=0, limit=1e9) | {
+      "progress_time": clock.now, "beat_time": clock.now}))
+  dog = watchdog.Watchdog(rank=0, size=2, floor_seconds=10, directory=str(tmp_path), clock=clock, peers=False)
+  steps(dog, clock, 1, 15)
+  dog.mark("input")
+  clock.now += 11
+  assert dog.overdue() == (11, 10)  # the peer's heartbeat would have held a watchdog with peers
+  dog._beat()
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["rank-1.json"]
+  dog.mark("world")  # rolled back; Horovod re-forms the world (waits --elastic-timeout for hosts)
+  clock.now += 3600
+  assert dog.limit() == float("inf") and dog.overdue() is None
+  dog.new_world()  # the step traced again for the new size, the input rebuilt: first-time work
+  assert dog.limit() == watchdog.STARTUP_SECONDS and dog.overdue() is None
+  clock.now += watchdog.STARTUP_SECONDS - 1
+  steps(dog, clock, 11, 12)
+  assert dog.limit() == 10
 
 
 def beat(step, phase, age, progress_age=None, host="h2", pid=42, limit=None):
