@@ -78,7 +78,7 @@ def _wait_until_gone(marker, timeout=60):
 def test_killed_run_resumes_past_a_damaged_newest_checkpoint(tmp_path):
   # The whole job SIGKILLed (no chance to stop cleanly), then the newest checkpoint's data cut to
   # half (a save cut short by a full disk, a copy cut short): the same command sets it aside,
-  # resumes from the one before it and trains to the end. 6 epochs: resnet8's steps are quick,
+  # resumes from the one before it and trains on. 6 epochs: resnet8's steps are quick,
   # and the ranks must not reach the end between the checkpoint the test waits for and the kill.
   epochs, per_epoch = 6, 1497 // 64
   args = train_args(tmp_path, f"--epochs={epochs}", "--checkpoint_every=5", "--warmup_epochs=0.5")
@@ -106,13 +106,15 @@ def test_killed_run_resumes_past_a_damaged_newest_checkpoint(tmp_path):
   before = max(int(m.group(1)) for f in os.listdir(tmp_path) if (m := re.fullmatch(r"ckpt-(\d+)\.index", f))
                and int(m.group(1)) < saved)
 
-  second = horovodrun(2, *args, check=True, timeout=300)
+  # The restart trains 5 steps past the checkpoint it resumed from: what it proves is the choice of
+  # that checkpoint, not the rest of the run (which cost make test a minute).
+  second = horovodrun(2, *args, f"--max_steps={before + 5}", check=True, timeout=300)
   lines = re.findall(rf"checkpoint ckpt-{saved} is unreadable .*", second.stderr)
   assert len(lines) == 1 and lines[0].endswith(f"; kept as ckpt-{saved}.damaged.*; resuming from ckpt-{before}"), \
       second.stderr[-3000:]
   assert re.search(rf"resumed from .*ckpt-{before} at step {before}\b", second.stderr), second.stderr[-3000:]
-  assert re.search(rf"training steps {before}\.\.{epochs * per_epoch}\b", second.stderr)
+  assert re.search(rf"training steps {before}\.\.{before + 5}\b", second.stderr)
   assert "Traceback" not in second.stderr and (tmp_path / f"ckpt-{saved}.damaged.data-00000-of-00001").exists()
   summary = summary_of(second)
-  assert summary["steps"] == epochs * per_epoch
+  assert summary["steps"] == before + 5
   assert summary["replicas_identical"] is True
