@@ -100,8 +100,12 @@ class Checkpoints:
   log(fmt, *args) takes the lines a restart should show (progress.logger).
   """
 
-  def __init__(self, checkpoint: tf.train.Checkpoint, directory: str, keep: int, log):
+  def __init__(self, checkpoint: tf.train.Checkpoint, directory: str, keep: int, log, optional=None):
+    """optional: (name, the checkpoint without that part, what restoring without it means) for a
+    part an older checkpoint may lack (fp16's loss scale: kept since issue 23, and absent from a
+    checkpoint of another --precision), restored without it and said in one line."""
     self.checkpoint = checkpoint
+    self.optional = optional
     self.directory = directory
     self.keep = keep
     self.log = log
@@ -109,6 +113,8 @@ class Checkpoints:
     # restore() creates save_counter, and then assert_existing_objects_matched fails on a
     # checkpoint written without it (tried): so every checkpoint written here holds it.
     checkpoint.save_counter  # noqa: B018 (created on first access)
+    if optional:
+      optional[1].save_counter  # noqa: B018
 
   def _path(self, name: str) -> str:
     return os.path.join(self.directory, name)
@@ -185,7 +191,7 @@ class Checkpoints:
         damaged.append((name, short_reason(e), kept))
         continue
       try:
-        self.checkpoint.restore(self._path(name)).assert_existing_objects_matched()
+        self._restore(self._path(name))
       except (AssertionError, ValueError) as e:  # a readable checkpoint of another model
         raise CheckpointError(f"checkpoint {self._path(name)} holds other variables than this model "
                               f"({short_reason(e)}); use a new directory for this run.") from None
@@ -198,6 +204,16 @@ class Checkpoints:
     if damaged or cleaned:  # the state file may name what was set aside or half-saved
       self._write_state()
     return restored
+
+  def _restore(self, path: str) -> None:
+    """Every object of the checkpoint restored, or an AssertionError; the optional part may be absent."""
+    if self.optional:
+      part, without, meaning = self.optional
+      if not any(key.startswith(f"{part}/") for key, _ in tf.train.list_variables(path)):
+        without.restore(path).assert_existing_objects_matched()
+        self.log("checkpoint %s holds no %s; %s", os.path.basename(path), part.replace("_", " "), meaning)
+        return
+    self.checkpoint.restore(path).assert_existing_objects_matched()
 
   def save(self, step: int, variables=None) -> str:
     """Save as ckpt-<step> atomically, drop all but the newest `keep`; the path prefix written.

@@ -21,8 +21,9 @@ class Saver:
   true on any rank (comm.sync.any_rank over Horovod; None: one process decides alone).
   """
 
-  def __init__(self, checkpoint, directory: str, keep: int, log, floating, any_rank=None):
+  def __init__(self, checkpoint, directory: str, keep: int, log, floating, any_rank=None, optional=None):
     self.checkpoint, self.directory, self.keep, self.log = checkpoint, directory, keep, log
+    self.optional = optional  # checkpoints.Checkpoints' optional part
     self.floating, self.any_rank = list(floating), any_rank
     self.manager = None  # rank 0's checkpoints.Checkpoints, made by writer()
 
@@ -31,19 +32,25 @@ class Saver:
     """(the step variable, a Saver of model, optimizer and step): run is flags.config's RunConfig.
     The step lives in the checkpoint, so a restarted run continues the same LR schedule and data order.
     loss_scale: fp16's DynamicLossScale, checkpointed too (a resumed run restarting at 2^15 could
-    count its first overflow-skipped steps as a divergence); not in fp32/bf16 checkpoints."""
+    count its first overflow-skipped steps as a divergence); not in fp32/bf16 checkpoints, so an
+    fp16 run resumed from one of those (or from an fp16 one written before the scale was kept)
+    restores the rest and says the scale starts again."""
     step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     parts = dict(model=model, optimizer=optimizer, step=step)
+    optional = None
     if loss_scale is not None and loss_scale.enabled:
+      optional = ("loss_scale", tf.train.Checkpoint(**parts),
+                  f"the fp16 loss scale starts again at {float(loss_scale.scale):g} (written at another --precision, "
+                  "or before the scale was kept)")
       parts["loss_scale"] = tf.train.Checkpoint(scale=loss_scale.scale, good_steps=loss_scale.good_steps)
     checkpoint = tf.train.Checkpoint(**parts)
     floating = [v for v in model.variables + optimizer.variables if tf.as_dtype(v.dtype).is_floating]
-    return step, cls(checkpoint, run.model_dir, run.keep_checkpoints, log, floating, any_rank)
+    return step, cls(checkpoint, run.model_dir, run.keep_checkpoints, log, floating, any_rank, optional)
 
   def writer(self) -> checkpoints.Checkpoints:
     """Become the rank that writes: rank 0 at start-up, and (--elastic) rank 0 of a new world."""
     if self.manager is None:
-      self.manager = checkpoints.Checkpoints(self.checkpoint, self.directory, self.keep, self.log)
+      self.manager = checkpoints.Checkpoints(self.checkpoint, self.directory, self.keep, self.log, self.optional)
     return self.manager
 
   @property

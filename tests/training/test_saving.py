@@ -5,6 +5,7 @@ import os
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from training import checkpoints
@@ -92,3 +93,38 @@ def test_the_fp16_loss_scale_is_checkpointed_and_resumed(tmp_path):
   _, restored = Saver.of_model(model, optimizer, run, lambda *a: None, loss_scale=again)
   assert restored.writer().restore_newest() == 3
   assert (float(again.scale), int(again.good_steps)) == (256.0, 17)
+
+
+def test_an_fp16_run_resumes_from_a_checkpoint_without_a_loss_scale(tmp_path):
+  # make faults' diverge-fp16 row resumes an fp32 run with --precision=fp16: once the scale was
+  # checkpointed, that checkpoint was refused as "other variables than this model", exit 2.
+  import types
+  from optimizers import precision
+  model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+  optimizer = keras.optimizers.SGD(0.1)
+  run = types.SimpleNamespace(model_dir=str(tmp_path), keep_checkpoints=3)
+  saved_step, fp32 = Saver.of_model(model, optimizer, run, lambda *a: None, loss_scale=precision.DynamicLossScale(False))
+  fp32.writer()
+  saved_step.assign(5)
+  assert fp32.save(5)
+  weights = [w.numpy() for w in model.weights]
+  for w in model.weights:
+    w.assign(tf.zeros_like(w))
+  lines = []
+  scale = precision.DynamicLossScale(True)
+  step, fp16 = Saver.of_model(model, optimizer, run, lambda fmt, *a: lines.append(fmt % a), loss_scale=scale)
+  assert fp16.writer().restore_newest() == 5 and int(step) == 5
+  assert all(np.array_equal(w.numpy(), want) for w, want in zip(model.weights, weights))
+  assert lines == [f"checkpoint ckpt-5 holds no loss scale; the fp16 loss scale starts again at {float(scale.scale):g} "
+                   "(written at another --precision, or before the scale was kept)"]
+  # Its own checkpoints hold the scale again, and a model that differs is still refused.
+  assert fp16.save(6)
+  scale.scale.assign(64.0)
+  again = precision.DynamicLossScale(True)
+  _, later = Saver.of_model(model, optimizer, run, lambda *a: None, loss_scale=again)
+  assert later.writer().restore_newest() == 6 and float(again.scale) == float(precision.DynamicLossScale(True).scale)
+  other = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4)])
+  _, wrong = Saver.of_model(other, keras.optimizers.SGD(0.1), run, lambda *a: None,
+                            loss_scale=precision.DynamicLossScale(True))
+  with pytest.raises(checkpoints.CheckpointError, match="holds other variables than this model"):
+    wrong.writer().restore_newest()
