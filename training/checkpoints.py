@@ -101,9 +101,9 @@ class Checkpoints:
   """
 
   def __init__(self, checkpoint: tf.train.Checkpoint, directory: str, keep: int, log, optional=None):
-    """optional: (name, the checkpoint without that part, what restoring without it means) for a
-    part an older checkpoint may lack (fp16's loss scale: kept since issue 23, and absent from a
-    checkpoint of another --precision), restored without it and said in one line."""
+    """optional: (name, the checkpoint without that part, the line restoring without it logs, with
+    {checkpoint} for the checkpoint's name) for a part an older checkpoint may lack (fp16's loss
+    scale: kept since issue 23, absent from a checkpoint of another --precision)."""
     self.checkpoint = checkpoint
     self.optional = optional
     self.directory = directory
@@ -211,7 +211,7 @@ class Checkpoints:
       part, without, meaning = self.optional
       if not any(key.startswith(f"{part}/") for key, _ in tf.train.list_variables(path)):
         without.restore(path).assert_existing_objects_matched()
-        self.log("checkpoint %s holds no %s; %s", os.path.basename(path), part.replace("_", " "), meaning)
+        self.log("%s", meaning.format(checkpoint=os.path.basename(path)))
         return
     self.checkpoint.restore(path).assert_existing_objects_matched()
 

@@ -40,8 +40,8 @@ class Saver:
     optional = None
     if loss_scale is not None and loss_scale.enabled:
       optional = ("loss_scale", tf.train.Checkpoint(**parts),
-                  f"the fp16 loss scale starts again at {float(loss_scale.scale):g} (written at another --precision, "
-                  "or before the scale was kept)")
+                  f"the fp16 loss scale starts again at {float(loss_scale.scale):g}: {{checkpoint}} holds none (it "
+                  "was written at another --precision, or before the scale was kept)")
       parts["loss_scale"] = tf.train.Checkpoint(scale=loss_scale.scale, good_steps=loss_scale.good_steps)
     checkpoint = tf.train.Checkpoint(**parts)
     floating = [v for v in model.variables + optimizer.variables if tf.as_dtype(v.dtype).is_floating]

@@ -115,8 +115,8 @@ def test_an_fp16_run_resumes_from_a_checkpoint_without_a_loss_scale(tmp_path):
   step, fp16 = Saver.of_model(model, optimizer, run, lambda fmt, *a: lines.append(fmt % a), loss_scale=scale)
   assert fp16.writer().restore_newest() == 5 and int(step) == 5
   assert all(np.array_equal(w.numpy(), want) for w, want in zip(model.weights, weights))
-  assert lines == [f"checkpoint ckpt-5 holds no loss scale; the fp16 loss scale starts again at {float(scale.scale):g} "
-                   "(written at another --precision, or before the scale was kept)"]
+  assert lines == [f"the fp16 loss scale starts again at {float(scale.scale):g}: ckpt-5 holds none (it was written "
+                   "at another --precision, or before the scale was kept)"]
   # Its own checkpoints hold the scale again, and a model that differs is still refused.
   assert fp16.save(6)
   scale.scale.assign(64.0)
