@@ -20,16 +20,6 @@ from bench.slurm_jobs import env as _env  # noqa: E402
 MODEL = "resnet8"
 
 
-def pytest_collection_modifyitems(items):
-  """The files that launch ranks first, each file's tests in their order. make test hands whole
-  files to two workers in collection order (--dist loadfile), and those files hold most of the
-  suite's time: collected in directory order, tests/multiprocess/test_train.py (about 5 minutes)
-  was handed out near the end and ran alone for its last minutes while the other worker sat idle
-  (a fresh clone took 15.0 min idle); first, the short in-process files fill the end on both."""
-  launches = {item.path for item in items if item.get_closest_marker("multiprocess")}
-  items.sort(key=lambda item: item.path not in launches)
-
-
 def horovodrun(np_, *args, gloo=False, timeout=600, check=False):
   """Run `horovodrun -np N [--gloo] ARGS` from the repository; returns CompletedProcess.
 
