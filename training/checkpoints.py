@@ -22,6 +22,7 @@ import itertools
 import os
 import re
 import shutil
+import typing
 import uuid
 
 import keras
@@ -94,16 +95,23 @@ def _nbytes(variables) -> int:
   return sum(tf.as_dtype(v.dtype).size * int(np.prod(v.shape)) for v in variables)
 
 
+class OptionalPart(typing.NamedTuple):
+  """A part of the checkpoint an older one may lack (fp16's loss scale: kept since issue 23, absent
+  from a checkpoint of another --precision): restored without it, and `line` logged ({checkpoint}:
+  the checkpoint's name)."""
+  name: str
+  without: tf.train.Checkpoint  # the checkpoint without that part
+  line: str
+
+
 class Checkpoints:
   """Rank 0's checkpoints of one tf.train.Checkpoint in one directory, the newest `keep` kept.
 
   log(fmt, *args) takes the lines a restart should show (progress.logger).
   """
 
-  def __init__(self, checkpoint: tf.train.Checkpoint, directory: str, keep: int, log, optional=None):
-    """optional: (name, the checkpoint without that part, the line restoring without it logs, with
-    {checkpoint} for the checkpoint's name) for a part an older checkpoint may lack (fp16's loss
-    scale: kept since issue 23, absent from a checkpoint of another --precision)."""
+  def __init__(self, checkpoint: tf.train.Checkpoint, directory: str, keep: int, log,
+               optional: "OptionalPart | None" = None):
     self.checkpoint = checkpoint
     self.optional = optional
     self.directory = directory
@@ -114,7 +122,7 @@ class Checkpoints:
     # checkpoint written without it (tried): so every checkpoint written here holds it.
     checkpoint.save_counter  # noqa: B018 (created on first access)
     if optional:
-      optional[1].save_counter  # noqa: B018
+      optional.without.save_counter  # noqa: B018
 
   def _path(self, name: str) -> str:
     return os.path.join(self.directory, name)
@@ -207,12 +215,11 @@ class Checkpoints:
 
   def _restore(self, path: str) -> None:
     """Every object of the checkpoint restored, or an AssertionError; the optional part may be absent."""
-    if self.optional:
-      part, without, meaning = self.optional
-      if not any(key.startswith(f"{part}/") for key, _ in tf.train.list_variables(path)):
-        without.restore(path).assert_existing_objects_matched()
-        self.log("%s", meaning.format(checkpoint=os.path.basename(path)))
-        return
+    part = self.optional
+    if part and not any(key.startswith(f"{part.name}/") for key, _ in tf.train.list_variables(path)):
+      part.without.restore(path).assert_existing_objects_matched()
+      self.log("%s", part.line.format(checkpoint=os.path.basename(path)))
+      return
     self.checkpoint.restore(path).assert_existing_objects_matched()
 
   def save(self, step: int, variables=None) -> str:

@@ -23,7 +23,7 @@ class Saver:
 
   def __init__(self, checkpoint, directory: str, keep: int, log, floating, any_rank=None, optional=None):
     self.checkpoint, self.directory, self.keep, self.log = checkpoint, directory, keep, log
-    self.optional = optional  # checkpoints.Checkpoints' optional part
+    self.optional = optional  # a checkpoints.OptionalPart
     self.floating, self.any_rank = list(floating), any_rank
     self.manager = None  # rank 0's checkpoints.Checkpoints, made by writer()
 
@@ -39,7 +39,7 @@ class Saver:
     parts = dict(model=model, optimizer=optimizer, step=step)
     optional = None
     if loss_scale is not None and loss_scale.enabled:
-      optional = ("loss_scale", tf.train.Checkpoint(**parts),
+      optional = checkpoints.OptionalPart("loss_scale", tf.train.Checkpoint(**parts),
                   f"the fp16 loss scale starts again at {float(loss_scale.scale):g}: {{checkpoint}} holds none (it "
                   "was written at another --precision, or before the scale was kept)")
       parts["loss_scale"] = tf.train.Checkpoint(scale=loss_scale.scale, good_steps=loss_scale.good_steps)
