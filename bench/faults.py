@@ -184,8 +184,7 @@ def _run_fault(fault: Fault, model_dir: str) -> dict:
     if fault.measure:
       _merge_measured(row, fault.measure(job, model_dir))
   row["steps_lost"] = max(0, reached - (row["checkpoint_step"] or 0))
-  summary = os.path.join(model_dir, "summary.json")
-  row["summary_status"] = json.load(open(summary)).get("status") if os.path.exists(summary) else None
+  row["summary_status"] = (_summary(model_dir) or {}).get("status")
   if fault.before_resume:
     fault.before_resume(model_dir)
   row.update(resume(fault, model_dir, row["checkpoint_step"], row))
