@@ -328,7 +328,8 @@ class Watchdog:
 
   def _fire(self, idle: float, limit: float) -> None:
     named = culprits(self._read(), self.clock(), self.step)
-    who = "; ".join(named) if named else "no other rank looks stuck: this rank's own step hung"
+    who = ("; ".join(named) if named else "no other rank looks stuck: this rank's own step hung") if self.peers else \
+        "--elastic: the other ranks are not compared (a world change renumbers them)"
     try:
       newest = self.newest_checkpoint()
     except Exception:  # noqa: BLE001  (a hang before the checkpoints exist: the line must still come)

@@ -1,11 +1,13 @@
 """training/watchdog.py: the stall limit, a peer explaining a wait and the culprits as tables; the
 Watchdog driven by a hand-moved clock; the thread ending a hung process with one line."""
+import io
 import json
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from unittest import mock
 
 import pytest
 
@@ -95,6 +97,11 @@ def test_an_elastic_rank_is_judged_on_its_own_progress_and_each_world_starts_afr
   assert dog.overdue() == (11, 10)  # the peer's heartbeat would have held a watchdog with peers
   dog._beat()
   assert sorted(p.name for p in tmp_path.iterdir()) == ["rank-1.json"]
+  with mock.patch.object(watchdog.os, "_exit") as ended, mock.patch.object(watchdog.sys, "stderr", io.StringIO()) as err:
+    dog._fire(11, 10)  # the line does not claim the other ranks were looked at
+  ended.assert_called_once_with(outcome.STALLED)
+  assert "--elastic: the other ranks are not compared (a world change renumbers them)" in err.getvalue()
+  assert "no other rank looks stuck" not in err.getvalue()
   dog.mark("world")  # rolled back; Horovod re-forms the world (waits --elastic-timeout for hosts)
   clock.now += 3600
   assert dog.limit() == float("inf") and dog.overdue() is None
