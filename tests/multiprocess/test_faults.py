@@ -13,7 +13,7 @@ import signal
 import pytest
 
 from bench.faults import Job, newest_checkpoint
-from conftest import MODEL
+from conftest import MODEL, NO_GRACE
 from training import outcome
 
 pytestmark = pytest.mark.multiprocess
@@ -23,8 +23,9 @@ GONE_S = 600  # a bound, not a timing: a loaded 2-core machine took minutes to s
 
 
 def resumes(model_dir, checkpoint, *args):
-  """The same command again resumes from `checkpoint` and finishes a few steps later."""
-  with Job(model_dir, *ARGS, *args, f"--max_steps={checkpoint + 2}") as job:
+  """The same command again resumes from `checkpoint` and finishes a few steps later (no export:
+  test_export.py's)."""
+  with Job(model_dir, *ARGS, *args, f"--max_steps={checkpoint + 2}", "--export=false") as job:
     _, left = job.wait_gone(GONE_S)
     assert job.proc.returncode == 0 and not left, job.tail()
     assert re.search(rf"resumed from \S*ckpt-{checkpoint} at step {checkpoint}\b", job.stderr()), job.tail()
@@ -35,8 +36,8 @@ def resumes(model_dir, checkpoint, *args):
 @pytest.mark.parametrize("gloo, target", [(False, None), (True, 0)], ids=["sigterm-horovodrun-mpi", "sigusr1-rank0-gloo"])
 def test_a_signal_stops_every_rank_after_a_checkpoint_and_the_restart_resumes(tmp_path, gloo, target):
   sig = signal.SIGUSR1 if gloo else signal.SIGTERM
-  with Job(str(tmp_path), *ARGS, gloo=gloo) as job:
-    job.wait_for_step(25, timeout=600)
+  with Job(str(tmp_path), *ARGS, gloo=gloo, extra_env=NO_GRACE) as job:
+    job.wait_for_step(5, timeout=600)
     job.signal(sig, target)
     _, left = job.wait_gone(GONE_S)
     assert not left, f"processes left: {left}\n{job.tail()}"
@@ -90,7 +91,8 @@ def test_divergence_stops_every_rank_and_keeps_the_good_checkpoint(tmp_path):
   model_dir = str(tmp_path)
   # The LR rises from 0 to 1e6 per 256 over the first epoch: step 1 (LR 0) is healthy and
   # checkpointed, a few steps later the weights, the BatchNorm statistics or the loss blow up.
-  with Job(model_dir, *ARGS, "--base_lr=1e6", "--warmup_epochs=1", "--checkpoint_every=1", "--precision=fp16") as job:
+  with Job(model_dir, *ARGS, "--base_lr=1e6", "--warmup_epochs=1", "--checkpoint_every=1", "--precision=fp16",
+           extra_env=NO_GRACE) as job:
     _, left = job.wait_gone(GONE_S)
     assert not left and job.proc.returncode == outcome.DIVERGED, job.tail()
     (line,) = [l for l in job.user_lines() if l.startswith("diverged:")]

@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from conftest import MODEL, REPO, _env, horovodrun
+from conftest import MODEL, NO_GRACE, REPO, _env, horovodrun
 
 pytestmark = pytest.mark.multiprocess
 
@@ -59,7 +59,7 @@ def test_a_short_run_lowers_the_loss_and_every_rank_stops_at_the_same_evaluation
 
 
 def test_bad_flag_stops_every_rank_with_one_sentence(tmp_path):
-  proc = horovodrun(2, *train_args(tmp_path, "--global_batch_size=63"), timeout=300)
+  proc = horovodrun(2, *train_args(tmp_path, "--global_batch_size=63"), timeout=300, extra_env=NO_GRACE)
   assert proc.returncode != 0
   assert proc.stderr.count("error: --global_batch_size=63 does not divide by the 2 ranks") == 2, proc.stderr[-3000:]
 
@@ -83,7 +83,7 @@ def test_killed_run_resumes_past_a_damaged_newest_checkpoint(tmp_path):
   epochs, per_epoch = 6, 1497 // 64
   args = train_args(tmp_path, f"--epochs={epochs}", "--checkpoint_every=5", "--warmup_epochs=0.5")
   cmd = ["horovodrun", "-np", "2", "-H", "localhost:2"] + [sys.executable if a == "python" else a for a in args]
-  first = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
+  first = subprocess.Popen(cmd, cwd=REPO, env=dict(_env(), **NO_GRACE), stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, start_new_session=True)
   try:
     deadline = time.time() + 300
@@ -107,8 +107,8 @@ def test_killed_run_resumes_past_a_damaged_newest_checkpoint(tmp_path):
                and int(m.group(1)) < saved)
 
   # The restart trains 5 steps past the checkpoint it resumed from: what it proves is the choice of
-  # that checkpoint, not the rest of the run (which cost make test a minute).
-  second = horovodrun(2, *args, f"--max_steps={before + 5}", check=True, timeout=300)
+  # that checkpoint, not the rest of the run (which cost make test a minute), nor the export.
+  second = horovodrun(2, *args, f"--max_steps={before + 5}", "--export=false", check=True, timeout=300)
   lines = re.findall(rf"checkpoint ckpt-{saved} is unreadable .*", second.stderr)
   assert len(lines) == 1 and lines[0].endswith(f"; kept as ckpt-{saved}.damaged.*; resuming from ckpt-{before}"), \
       second.stderr[-3000:]
