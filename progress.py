@@ -47,7 +47,7 @@ class Progress:
   """
 
   def __init__(self, is_chief, global_batch, step_batch, start_step, last_step,
-               steps_per_epoch, log_every, writer, noise=None):
+               steps_per_epoch, log_every, writer, noise=None, adascale=None):
     self.is_chief = is_chief
     self.global_batch = global_batch
     self.step_batch = step_batch  # images per rank per step (all its micro-batches)
@@ -57,6 +57,9 @@ class Progress:
     self.log_every = log_every
     self.writer = writer
     self.noise = noise  # training/noise_scale.NoiseScale, or None: not measured
+    # --lr_scaling=adascale: () -> (r, S, tau, data epochs) now; the schedule's step is then a
+    # fraction (training/course.py), and the lines come every log_every updates.
+    self.adascale = adascale
     self._loss = self._correct = 0.0
     self._count = 0
     self._last = None                # perf_counter() after the previous step
@@ -68,7 +71,9 @@ class Progress:
     """Restart the clock after evaluation or a checkpoint, which are not training time."""
     self._last = time.perf_counter()
 
-  def step(self, step, loss, correct, lr):
+  def step(self, step, loss, correct, lr, updates=None):
+    """step: the schedule's (the line's and TensorBoard's); updates: the updates applied, which set
+    the lines' cadence and TensorBoard's axis under AdaScale (None: step)."""
     now = time.perf_counter()
     if self._last is not None:
       self._train_seconds += now - self._last
@@ -77,7 +82,8 @@ class Progress:
     self._loss += loss
     self._correct += correct
     self._count += 1
-    if step % self.log_every and step != self.last_step:
+    tick = step if updates is None else updates
+    if tick % self.log_every and step < self.last_step:
       return
     loss, top1 = float(self._loss) / self._count, float(self._correct) / (self._count * self.step_batch)
     self._loss = self._correct = 0.0
@@ -87,14 +93,22 @@ class Progress:
     self._window = (self._train_seconds, self._timed_steps)
     if not self.is_chief:
       return
-    eta = (self.last_step - step) * self.global_batch / rate if rate else 0.0
+    left = max(0.0, self.last_step - step)  # in the schedule's steps
+    ada = ""
+    if self.adascale:  # each update moves the schedule r / S of a step: the updates left are more
+      r, scale, tau, data_epochs = self.adascale()
+      left *= scale / r
+      ada = f"  r {r:5.2f}  data epoch {data_epochs:6.2f}"
+    eta = left * self.global_batch / rate if rate else 0.0
     epoch = step / self.steps_per_epoch
     b_simple = self.noise.b_simple if self.noise else None
     noise = "" if self.noise is None else f"  B_simple {b_simple:7.0f}" if b_simple else "  B_simple       -"
-    emit(f"epoch {epoch:6.2f}  step {step:>6d}/{self.last_step}  loss {loss:.4f}  "
-         f"top1 {top1:.3f}  lr {lr:.5f}{noise}  {rate:8.1f} img/s  "
+    # AdaScale: the updates made (how many are left depends on the gains to come; the eta guesses from r now).
+    where = f"update {tick:>6d}" if self.adascale else f"step {step:>6d}/{self.last_step}"
+    emit(f"epoch {epoch:6.2f}  {where}  loss {loss:.4f}  "
+         f"top1 {top1:.3f}  lr {lr:.5f}{noise}{ada}  {rate:8.1f} img/s  "
          f"eta {datetime.timedelta(seconds=int(eta))}")
-    with self.writer.as_default(step=step):
+    with self.writer.as_default(step=tick):
       tf.summary.scalar("train/loss", loss)
       tf.summary.scalar("train/top1", top1)
       tf.summary.scalar("train/lr", lr)
@@ -104,13 +118,19 @@ class Progress:
         tf.summary.scalar("noise/b_simple", b_simple)
         tf.summary.scalar("noise/grad_sq", self.noise.grad_sq)
         tf.summary.scalar("noise/trace_sigma", self.noise.trace_sigma)
+      if self.adascale:  # the gain, and both clocks: the schedule's base-batch epochs and the data's
+        tf.summary.scalar("adascale/gain", r)
+        tf.summary.scalar("adascale/tau", tau)
+        tf.summary.scalar("adascale/base_epochs", epoch)
+        tf.summary.scalar("adascale/data_epochs", data_epochs)
 
-  def evaluation(self, step, top1, top5, loss):
-    """Rank 0's line and scalars of a held-out evaluation (global fractions, mean loss); None: no split."""
+  def evaluation(self, step, top1, top5, loss, updates=None):
+    """Rank 0's line and scalars of a held-out evaluation (global fractions, mean loss); None: no split.
+    step, updates: as step()'s."""
     if not self.is_chief or top1 is None:
       return
     emit(f"epoch {step / self.steps_per_epoch:6.2f}  eval top1 {top1:.4f}  top5 {top5:.4f}  loss {loss:.4f}")
-    with self.writer.as_default(step=step):
+    with self.writer.as_default(step=step if updates is None else updates):
       tf.summary.scalar("eval/top1", top1)
       tf.summary.scalar("eval/top5", top5)
       tf.summary.scalar("eval/loss", loss)

@@ -45,7 +45,7 @@ from comm import sync  # noqa: E402
 from comm.exchange import make_gradient_exchange  # noqa: E402
 from input import pipeline  # noqa: E402
 from models import build_model  # noqa: E402
-from optimizers import build_optimizer, precision, schedules  # noqa: E402
+from optimizers import adascale, build_optimizer, precision, schedules  # noqa: E402
 from progress import Progress, emit, write_json_atomic  # noqa: E402
 from training import checkpoints, evaluation, export, hooks, modes, outcome, report, signals  # noqa: E402
 from training import step as step_lib, watchdog as watchdog_lib  # noqa: E402
@@ -103,27 +103,40 @@ def train(stop_request: signals.StopRequest):
     spe = data.steps_per_epoch
     schedule = schedules.for_run(config.optim, config.data.global_batch, config.run.epochs, spe)
     log("%s", schedules.describe(schedule, config.optim.optimizer, config.optim.base_lr, config.data.global_batch))
+    if noise:  # the estimates of the checkpoint or commit this world starts from, alike on every rank
+      noise.restore(course.position.noise)
+    gain = None
+    if config.optim.adascale_base:  # the schedule above, at the gain's fraction r / S of it (optimizers/adascale.py)
+      gain = adascale.Gain(config.optim.base_batch, config.data.global_batch, lambda: noise.b_simple)
+      base = schedules.for_run(config.optim, gain.base_batch, config.run.epochs, spe * gain.scale)
+      log("adascale: the schedule is written for base batch %d (LR peak %.4f, %d warmup and %d steps of it); each "
+          "update's LR is r x it at tau, and tau moves on by r, r from the noise scale between 1 and S = %.2f (now %.2f): "
+          "the schedule above at r / S; --epochs counts base-batch epochs", gain.base_batch, base.peak_lr,
+          base.warmup_steps, base.total_steps, gain.scale, gain())
     exchange = make_gradient_exchange(hvd, config.comm, world, log)  # hybrid probes the links here
     # The step users run and the benchmarks time (training/step.py): with --accumulation_steps=K, K
     # micro-batches per rank, then one exchange (the one place gradients cross ranks) and one update.
     # Horovod: the noise scale's per-rank squared norm averaged in one small allreduce (training/step.py).
-    kind, measuring = hooks.Measuring.for_world(noise, world.size, config.data, log)
+    kind, measuring = hooks.Measuring.for_world(noise, world.size, config.data, log, keep=course.keep_noise)
     train_step = step_lib.make_train_step(model, optimizer, exchange, loss_scale, data.info.num_classes,
                                           config.optim.label_smoothing, agree=sync.agree_max(hvd),
                                           accumulation_steps=config.data.accumulation_steps, noise=kind,
-                                          average=lambda x: hvd.allreduce(x, op=hvd.Average, name="noise_sq"))
+                                          average=lambda x: hvd.allreduce(x, op=hvd.Average),
+                                          identical_norms=bool(config.optim.adascale_base))
     progress = Progress(world.is_chief, config.data.global_batch, config.data.step_batch, course.nominal_step(spe),
                         course.last_step(spe), spe, config.run.log_every, writers.get("tb") if world.is_chief else None,
-                        noise=noise if kind else None)
+                        noise=noise if kind else None,
+                        adascale=gain and (lambda: (gain(), gain.scale, course.position.tau,
+                                                    course.position.images / data.info.num_train)))
     log("training steps %d..%d (%d per epoch, %.1f epochs)", course.nominal_step(spe), course.last_step(spe),
         spe, course.last_step(spe) / spe)
     # Horovod: one allreduce of the sums [loss, top-1 hits, top-5 hits, count] over ranks.
     evaluate = evaluation.evaluator(eval_step, data, lambda sums: hvd.allreduce(sums, op=hvd.Sum, name="eval_totals"))
     loop = Loop(course, data, step_lib.host_step(train_step), evaluate, save=lambda s: saver.save(s, course.position),
                 schedule=schedule, stop_code=lambda: stop_request.code, policy=Policy.of(config),
-                clock=lambda: time.time() - START,
+                clock=lambda: time.time() - START, gain=gain,
                 hooks=[hooks.StepVariable(step_var), hooks.Watching(watchdog), *filter(None, [measuring]),
-                       hooks.Reporting(progress)])
+                       hooks.Reporting(progress, by_updates=gain is not None)])
     return modes.WorldRun(world, config, loop.run(), exchange.plan, progress.images_per_sec())
 
   def rebuild(world):  # --elastic: a new world's config (the global batch follows the policy) and input
@@ -226,7 +239,8 @@ def finish(result: modes.WorldRun, model, saver, watchdog, stop_request, mode, i
     logging.warning("ranks hold different weights after training: a rank diverged")
   summary = report.summary(ending, config, world, info.name, plan=result.plan, images_per_sec=result.images_per_sec,
                            identical=identical, wall_seconds=time.time() - START,
-                           extra={**mode.summary_keys(), **report.noise_keys(noise, ending)})
+                           extra={**mode.summary_keys(), **report.noise_keys(noise, ending),
+                                  **report.adascale_keys(ending, config, info)})
   # summary.json first: a failed export or a kill during it (minutes for ResNet-50) loses nothing else.
   if world.is_chief:
     write_json_atomic(os.path.join(config.run.model_dir, "summary.json"), summary)

@@ -21,7 +21,8 @@ PYTHON = sys.executable
 
 from bench.slurm_jobs import env  # noqa: E402  (the launches' environment, one definition)
 
-STEP_LINE = re.compile(r"step +(\d+)/\d+")
+# A progress line's step: the schedule's "step N/M", or under --lr_scaling=adascale "update N".
+STEP_LINE = re.compile(r"step +(\d+)/\d+|update +(\d+)")
 # A rank's tag (mpirun's or Gloo's), rank 0's log time (checkpoints.py logs a damaged one), the line.
 USER_LINE = re.compile(r"^(?:\[\d+(?:,\d+)?\]<std\w+>:)?(?:\d\d:\d\d:\d\d )?"
                        r"((?:stopped|stalled|diverged|error|checkpoint)\b.*)$", re.M)
@@ -50,7 +51,7 @@ def per_rank_data_dir(root: str) -> list[str]:
 def last_step(text: str) -> int:
   """The newest step of rank 0's progress lines in text (0 before the first)."""
   steps = STEP_LINE.findall(text)
-  return int(steps[-1]) if steps else 0
+  return int("".join(steps[-1])) if steps else 0
 
 
 class Job:

@@ -21,6 +21,7 @@ COMPRESSIONS = ("none", "fp16")
 OPTIMIZERS = ("sgd", "lars")
 LR_SCHEDULES = ("step", "poly", "cosine")
 PRECISIONS = ("fp32", "bf16", "fp16")
+LR_SCALINGS = ("linear", "adascale")  # how the LR follows the global batch (optimizers/adascale.py)
 
 
 class Source(enum.StrEnum):
@@ -110,6 +111,13 @@ class OptimConfig:
   label_smoothing: float
   no_decay_on_bias_bn: bool
   precision: str
+  lr_scaling: str = "linear"  # linear: Goyal et al.'s rule; adascale: the gain r of optimizers/adascale.py
+  base_batch: int = 0         # adascale's B0, the batch the schedule is written for (0: linear scaling)
+
+  @property
+  def adascale_base(self) -> int:
+    """B0 under --lr_scaling=adascale, 0 under the linear rule (training/course.py's switch)."""
+    return self.base_batch if self.lr_scaling == "adascale" else 0
 
 
 @dataclasses.dataclass(frozen=True)

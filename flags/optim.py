@@ -1,7 +1,7 @@
 """Flags of the update: optimizer, learning-rate schedule, regularisation, arithmetic precision."""
 from absl import flags as absl_flags
 
-from flags.config import LR_SCHEDULES, OPTIMIZERS, PRECISIONS, ConfigError, OptimConfig
+from flags.config import LR_SCALINGS, LR_SCHEDULES, OPTIMIZERS, PRECISIONS, ConfigError, OptimConfig
 
 
 def define() -> None:
@@ -11,6 +11,19 @@ def define() -> None:
   absl_flags.DEFINE_float(
       "base_lr", 0.8, "Learning rate per 256 images; the peak LR is base_lr * global_batch / 256 "
       "(Goyal et al.'s linear scaling rule; they use 0.1 for ImageNet).")
+  absl_flags.DEFINE_enum(
+      "lr_scaling", "linear", LR_SCALINGS,
+      "How the LR follows the global batch. linear: Goyal et al.'s rule, the peak --base_lr x global "
+      "batch / 256 and the schedule laid out in epochs. adascale (Johnson et al. 2020, "
+      "optimizers/adascale.py): the schedule is written for --base_batch and read on a clock of "
+      "base-batch steps; each step's LR is the gain r times it and the clock moves on by r, r = (1 + "
+      "B_simple / B0) / (1 + B_simple / B) from the measured noise scale, between 1 and B / B0 (1 until "
+      "measured). --epochs then counts base-batch epochs: the run ends when the schedule has counted "
+      "them, having trained on more images where r < B / B0. Needs the noise scale (2+ ranks or "
+      "--accumulation_steps >= 2 when the global batch is not the base batch).")
+  absl_flags.DEFINE_integer(
+      "base_batch", 0, "AdaScale's base batch B0: the batch the LR schedule (--base_lr per 256, "
+      "warmup, decay) is written for (0: the per-rank batch --batch_size). Only with --lr_scaling=adascale.")
   absl_flags.DEFINE_float("momentum", 0.9, "Momentum of the optimizer.")
   absl_flags.DEFINE_float(
       "weight_decay", 5e-4, "L2 weight decay (not scaled with the batch, as Goyal et al.); "
@@ -46,7 +59,12 @@ def define() -> None:
       "train.py warns at start-up where the CPU is not of the fast kind.")
 
 
-def build(f) -> OptimConfig:
+def build(f, batch_size: int) -> OptimConfig:
+  """batch_size: the per-rank batch, --base_batch's default."""
+  if f.base_batch < 0:
+    raise ConfigError(f"--base_batch={f.base_batch} is negative; pass 0 (the per-rank batch) or a batch size.")
+  if f.base_batch and f.lr_scaling != "adascale":
+    raise ConfigError(f"--base_batch={f.base_batch} is AdaScale's; add --lr_scaling=adascale or drop it.")
   if f.base_lr <= 0:
     raise ConfigError(f"--base_lr={f.base_lr} must be positive, e.g. --base_lr=0.1.")
   if not 0 <= f.momentum < 1:
@@ -68,4 +86,4 @@ def build(f) -> OptimConfig:
                      warmup_start_lr=f.warmup_start_lr, lr_schedule=f.lr_schedule,
                      decay_epochs=decay_epochs, lars_eta=f.lars_eta,
                      label_smoothing=f.label_smoothing, no_decay_on_bias_bn=f.no_decay_on_bias_bn,
-                     precision=f.precision)
+                     precision=f.precision, lr_scaling=f.lr_scaling, base_batch=f.base_batch or batch_size)

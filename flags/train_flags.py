@@ -32,9 +32,24 @@ def build_config(f, world: World) -> Config:
   verdict without talking to the others.
   """
   data_config = data.build(f, world)
-  return Config(run=run.build(f), data=data_config, model=model.build(f),
-                optim=optim.build(f), comm=comm.build(f), faults=faults.build(f),
+  run_config, optim_config = run.build(f), optim.build(f, data_config.batch_size)
+  _check_adascale(optim_config, run_config, data_config, world)
+  return Config(run=run_config, data=data_config, model=model.build(f),
+                optim=optim_config, comm=comm.build(f), faults=faults.build(f),
                 evaluation=evaluation.build(f, data_config.dataset), world=world)
+
+
+def _check_adascale(optim_config, run_config, data_config, world: World) -> None:
+  """AdaScale's gain comes from the noise scale: without it the LR would stay the base batch's."""
+  if not optim_config.adascale_base or data_config.global_batch == optim_config.base_batch:
+    return
+  if not run_config.noise_scale:
+    raise ConfigError("--lr_scaling=adascale takes its gain from the gradient noise scale; drop "
+                      "--noise_scale=false.")
+  if world.size == 1 and data_config.accumulation_steps == 1:
+    raise ConfigError(f"--lr_scaling=adascale at global batch {data_config.global_batch} (base batch "
+                      f"{optim_config.base_batch}) needs the noise scale, which one rank measures only with "
+                      "--accumulation_steps >= 2; add it, or launch 2+ ranks.")
 
 
 def check_paths(config: Config) -> tuple[str | None, sources.Scanned | None]:
@@ -80,9 +95,14 @@ CONFIG_FILE = "config.json"
 
 
 def checkpoint_identity(config: Config) -> dict[str, str]:
-  """The settings a checkpoint cannot survive a change of: its variables would not match."""
-  return {"model": config.model.name, "dataset": config.data.dataset.name,
-          "optimizer": config.optim.optimizer}
+  """The settings a checkpoint cannot survive a change of: its variables would not match, or its
+  position would mean another schedule (AdaScale's clock counts steps of its base batch; a linear
+  run has none)."""
+  identity = {"model": config.model.name, "dataset": config.data.dataset.name,
+              "optimizer": config.optim.optimizer, "lr_scaling": config.optim.lr_scaling}
+  if config.optim.adascale_base:
+    identity["base_batch"] = config.optim.base_batch
+  return identity
 
 
 def _incompatible_checkpoint(config: Config) -> str | None:
@@ -93,8 +113,9 @@ def _incompatible_checkpoint(config: Config) -> str | None:
   with open(path) as fh:
     saved = json.load(fh).get("identity", {})
   for flag, new in checkpoint_identity(config).items():
-    if saved.get(flag, new) != new:
+    # A config.json from before lr_scaling was kept is a run of the linear rule.
+    if saved.get(flag, "linear" if flag == "lr_scaling" else new) != new:
       return (f"--model_dir={config.run.model_dir} holds a checkpoint trained with "
-              f"--{flag}={saved[flag]}, not {new}; use a new --model_dir "
+              f"--{flag}={saved.get(flag, 'linear')}, not {new}; use a new --model_dir "
               "(the old checkpoint is left untouched).")
   return None

@@ -10,7 +10,14 @@ number of ranks (a Slurm requeue onto fewer nodes), its epoch, its LR schedule (
 this world's steps per epoch, read at the epoch reached) and the images it trained continue
 where they were, where counting steps of the new batch had read step 46 at global batch 64
 as epoch 1.0 at global batch 32 and trained 5 epochs for 4. --elastic adds the commits.
+
+The LR schedule's clock: under the linear rule, the epochs of data trained (in this world's
+steps); under --lr_scaling=adascale, the base-batch steps tau the schedule has counted
+(optimizers/adascale.py), in this world's steps tau x B0 / B. Then --epochs ends the run when
+tau reaches them, and the data's own epochs (evaluations at their ends, the position in the
+files) run on as many as that takes.
 """
+import dataclasses
 import time
 
 from flags.config import RunConfig
@@ -19,10 +26,12 @@ from flags.config import RunConfig
 class Course:
   """A run in `world` at data_config's batch, whose Position lives in `holder.position` (a
   TrainingState under --elastic, a plain Held otherwise). readers: the input's reading width,
-  kept with each generation so a later world replays the order it read in."""
+  kept with each generation so a later world replays the order it read in; base_batch: AdaScale's
+  B0 (0: the linear rule)."""
 
-  def __init__(self, holder, run: RunConfig, world, data_config, readers: int = 0):
+  def __init__(self, holder, run: RunConfig, world, data_config, readers: int = 0, base_batch: int = 0):
     self.holder, self.run, self.world, self.data_config, self.readers = holder, run, world, data_config, readers
+    self.base_batch = base_batch
 
   @property
   def position(self):
@@ -43,8 +52,11 @@ class Course:
     into = min(steps_per_epoch, round(self._epoch_images() / self.data_config.global_batch))
     return into % steps_per_epoch
 
-  def nominal_step(self, steps_per_epoch: int) -> int:
-    """The LR schedule's and the progress line's step: epochs trained in this world's steps."""
+  def nominal_step(self, steps_per_epoch: int) -> float:
+    """The LR schedule's and the progress line's step: epochs trained in this world's steps (AdaScale:
+    the schedule's base-batch steps in this world's, a fraction)."""
+    if self.base_batch:
+      return self.holder.position.tau * self.base_batch / self.data_config.global_batch
     into = min(steps_per_epoch, round(self._epoch_images() / self.data_config.global_batch))
     return self.holder.position.epoch * steps_per_epoch + into
 
@@ -62,8 +74,8 @@ class Course:
   def last_step(self, steps_per_epoch: int) -> int:
     """The schedule's step the run ends at, in this world's steps (--max_steps counts updates)."""
     total = int(round(self.run.epochs * steps_per_epoch))
-    if self.run.max_steps:
-      return min(total, self.nominal_step(steps_per_epoch) + max(0, self.run.max_steps - self.step))
+    if self.run.max_steps:  # AdaScale: a bound (a step moves its clock by at most one of this world's)
+      return min(total, int(round(self.nominal_step(steps_per_epoch))) + max(0, self.run.max_steps - self.step))
     return total
 
   def finished(self, steps_per_epoch: int) -> bool:
@@ -78,8 +90,9 @@ class Course:
     p = self.holder.position
     count = self.run.max_steps - self.step if self.run.max_steps else None
     spe = data.steps_per_epoch
-    left = self.last_step(spe) - self.nominal_step(spe)
-    count = left if count is None else min(count, left)
+    if not self.base_batch:  # AdaScale's steps left are not known ahead: the loop asks finished()
+      left = self.last_step(spe) - self.nominal_step(spe)
+      count = left if count is None else min(count, left)
     if not p.history:
       done = p.current.steps if p.current else 0
       if done >= spe:  # saved at the epoch's last step, before its end: only the end (save, evaluation) is left
@@ -88,9 +101,15 @@ class Course:
     plan = data.elastic_plan(p.epoch, p.history + ((p.current,) if p.current else ()))
     return p.epoch, data.train_epoch(p.epoch, plan=plan, count=count)
 
-  def after_step(self) -> None:
+  def after_step(self, tau: float = 0.0) -> None:
+    """tau: how far the step moved AdaScale's clock (its gain; 0 under the linear rule)."""
     self.holder.position = self.holder.position.after_step(self.world.size, self.data_config.step_batch,
-                                                           self.data_config.global_batch, self.readers)
+                                                           self.data_config.global_batch, self.readers, tau)
+
+  def keep_noise(self, state: dict) -> None:
+    """The noise scale's averages after a step (NoiseScale.state), checkpointed and committed with
+    the position: a resumed run, and a rank that joins a world, start from them."""
+    self.holder.position = dataclasses.replace(self.holder.position, noise=state)
 
   def epoch_ended(self, epoch: int) -> None:
     self.holder.position = self.holder.position.next_epoch()
@@ -111,8 +130,9 @@ class Elastic(Course):
   """A run whose world may change (training/elastic.py): the state is committed every
   commit_every steps and at each checkpoint."""
 
-  def __init__(self, state, commit_every: int, run: RunConfig, world, data_config, readers: int = 0):
-    super().__init__(state, run, world, data_config, readers)
+  def __init__(self, state, commit_every: int, run: RunConfig, world, data_config, readers: int = 0,
+               base_batch: int = 0):
+    super().__init__(state, run, world, data_config, readers, base_batch)
     self.state, self.commit_every = state, commit_every
     self.commit_seconds = []  # each commit's time (make faults reports the median)
 

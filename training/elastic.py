@@ -32,7 +32,9 @@ class Position:
   """Where training is, in the data: `images` and `step` (updates) since the run began, the
   epoch, its earlier generations (worlds) and the current one's steps so far (input/pipeline's
   elastic_plan deals the rest of the epoch from these); `ranks` and `global_batch`: the world
-  of the newest step (a resumed run says what changed)."""
+  of the newest step (a resumed run says what changed); `tau`: under --lr_scaling=adascale, the
+  base-batch steps the LR schedule has counted (optimizers/adascale.py); `noise`: the noise
+  scale's averages (NoiseScale.state), which AdaScale's gain is computed from, alike on every rank."""
   epoch: int = 0
   history: tuple[Generation, ...] = ()
   current: Generation | None = None
@@ -40,17 +42,22 @@ class Position:
   step: int = 0
   ranks: int = 0
   global_batch: int = 0
+  tau: float = 0.0
+  noise: dict | None = None
 
   def world_changed(self) -> "Position":
     """The position a new world starts from: the current generation joins the epoch's history."""
     done = (self.current,) if self.current and self.current.steps else ()
     return dataclasses.replace(self, history=self.history + done, current=None)
 
-  def after_step(self, size: int, step_batch: int, global_batch: int, readers: int = 0) -> "Position":
+  def after_step(self, size: int, step_batch: int, global_batch: int, readers: int = 0,
+                 tau: float = 0.0) -> "Position":
+    """tau: how far the step moved AdaScale's clock (its gain r; 0 under the linear rule, or for
+    a step fp16 loss scaling skipped)."""
     steps = self.current.steps + 1 if self.current else 1
     return dataclasses.replace(self, current=Generation(size, step_batch, steps, readers),
                                images=self.images + global_batch, step=self.step + 1, ranks=size,
-                               global_batch=global_batch)
+                               global_batch=global_batch, tau=self.tau + tau)
 
   def next_epoch(self) -> "Position":
     return dataclasses.replace(self, epoch=self.epoch + 1, history=(), current=None)
@@ -63,7 +70,8 @@ class Position:
     gens = tuple(Generation(**g) for g in d.get("history", ()))
     current = Generation(**d["current"]) if d.get("current") else None
     return cls(epoch=d["epoch"], history=gens, current=current, images=d["images"], step=d["step"],
-               ranks=d.get("ranks", 0), global_batch=d.get("global_batch", 0))
+               ranks=d.get("ranks", 0), global_batch=d.get("global_batch", 0), tau=d.get("tau", 0.0),
+               noise=d.get("noise"))
 
 
 class TrainingState(State):

@@ -30,17 +30,18 @@ class Watching(Hook):
 
 class Reporting(Hook):
   """progress.Progress: a line and scalars every --log_every steps and after each evaluation;
-  evaluations and saves are not training time, so its clock restarts after them."""
+  evaluations and saves are not training time, so its clock restarts after them. by_updates:
+  AdaScale's schedule step is a fraction, so the updates set the cadence and TensorBoard's axis."""
 
-  def __init__(self, progress):
-    self.progress = progress
+  def __init__(self, progress, by_updates: bool = False):
+    self.progress, self.by_updates = progress, by_updates
 
   def after_step(self, step, nominal, out, lr):
-    self.progress.step(nominal, out.loss, out.correct, lr)
+    self.progress.step(nominal, out.loss, out.correct, lr, updates=step if self.by_updates else None)
 
   def after_eval(self, step, nominal, held):
     if held is not None:
-      self.progress.evaluation(nominal, held.top1, held.top5, held.loss)
+      self.progress.evaluation(nominal, held.top1, held.top5, held.loss, updates=step if self.by_updates else None)
     self.progress.resume()
 
   def after_save(self, step):
@@ -62,16 +63,19 @@ class Measuring(Hook):
   norms (training/step.py) at this world's two batch sizes. Before Reporting in the hooks, so
   a progress line shows the step it ends."""
 
-  def __init__(self, tracker, b_small: int, b_big: int):
-    self.tracker, self.b_small, self.b_big = tracker, b_small, b_big
+  def __init__(self, tracker, b_small: int, b_big: int, keep=lambda state: None):
+    self.tracker, self.b_small, self.b_big, self.keep = tracker, b_small, b_big, keep
 
   def after_step(self, step, nominal, out, lr):
     self.tracker.update(float(out.sq_small), float(out.sq_big), self.b_small, self.b_big)
+    self.keep(self.tracker.state())
 
   @classmethod
-  def for_world(cls, tracker, ranks: int, data_config, log) -> tuple[str | None, "Measuring | None"]:
+  def for_world(cls, tracker, ranks: int, data_config, log,
+                keep=lambda state: None) -> tuple[str | None, "Measuring | None"]:
     """(the step's noise kind, this hook) for a world, or (None, None): not asked for (tracker
-    None), or one rank without accumulation (one gradient a step, said once in the log)."""
+    None), or one rank without accumulation (one gradient a step, said once in the log).
+    keep(state): after each step, the estimates to checkpoint (training/course.Course.keep_noise)."""
     sizes = step_lib.noise_sizes(ranks, data_config.batch_size, data_config.accumulation_steps) if tracker else None
     if sizes is None:
       if tracker is not None and not tracker.steps:
@@ -79,4 +83,4 @@ class Measuring(Hook):
             "or --accumulation_steps >= 2 give the two it compares)")
       return None, None
     kind, b_small, b_big = sizes
-    return kind, cls(tracker, b_small, b_big)
+    return kind, cls(tracker, b_small, b_big, keep)

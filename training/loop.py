@@ -71,7 +71,8 @@ class Ending:
   status: outcome.OK, TARGET_REACHED, STOPPED or DIVERGED; cause: one of the names above;
   step: updates applied; lr: the last step's LR; skipped: fp16 overflow-skipped steps in a row;
   held: the newest held-out metrics (None: none taken); stop_code: the agreed stop request;
-  images: the images trained since the run began (every world's global batch, step by step).
+  images: the images trained since the run began (every world's global batch, step by step);
+  epochs: the schedule's (AdaScale: base-batch epochs, which the images exceed where r < S).
   """
   status: int
   cause: str
@@ -83,6 +84,8 @@ class Ending:
   reached: Reached | None = None
   stop_code: int = 0
   images: int = 0
+  gain: float | None = None  # AdaScale: the last step's r (None: the linear rule)
+  tau: float = 0.0           # AdaScale: the base-batch steps its schedule counted
 
 
 class Hook:
@@ -122,21 +125,29 @@ class Loop:
   evaluate(on_batch) -> HeldOut or None (no held-out split); on_batch() after each batch;
   save(step) -> bool: False when some rank's weights hold inf/NaN (nothing written);
   schedule(step) -> LR; stop_code() -> this rank's stop request (0: none); clock() -> seconds
-  since start-up.
+  since start-up; gain: None (the linear rule) or optimizers/adascale.Gain: each step's LR is
+  r / S x schedule(step) and the course's clock moves on by r (the schedule's step, in this world's
+  steps, by r / S).
   """
 
   def __init__(self, course, data, train_step, evaluate, save, schedule, stop_code, policy: Policy,
-               hooks=(), clock=time.time):
+               hooks=(), clock=time.time, gain=None):
     self.course, self.data, self.train_step, self.evaluate_fn = course, data, train_step, evaluate
     self.save_fn, self.schedule, self.stop_code, self.policy = save, schedule, stop_code, policy
-    self.hooks, self.clock = list(hooks), clock
+    self.hooks, self.clock, self.gain = list(hooks), clock, gain
     self.spe = data.steps_per_epoch
     self.held = None
     self.reached = None
     self.skipped = 0
     self.agreed_stop = 0
     self.saved = None  # the step of this loop's last good save
-    self.lr = schedule(course.nominal_step(self.spe))
+    self.r = gain() if gain else 1.0  # the last step's gain (AdaScale), for the hooks and the summary
+    self.lr = self._lr()
+
+  def _lr(self) -> float:
+    """This step's LR: the schedule at the course's clock, times r / S under AdaScale."""
+    lr = self.schedule(self.course.nominal_step(self.spe))
+    return lr * self.r / self.gain.scale if self.gain else lr
 
   def _tell(self, event: str, *args) -> None:
     for hook in self.hooks:
@@ -167,7 +178,9 @@ class Loop:
   def _step(self, images, labels):
     """One step and what is due after it; (status, cause) when the run ends here, else None."""
     course, spe = self.course, self.spe
-    self.lr = self.schedule(course.nominal_step(spe))
+    if self.gain:  # from the estimates of the steps before: the same on every rank
+      self.r = self.gain()
+    self.lr = self._lr()
     self._tell("before", "step", course.step)
     out = self.train_step(images, labels, self.lr, self.stop_code())
     # One host read per step, of verdicts identical on every rank: all ranks leave together.
@@ -176,7 +189,8 @@ class Loop:
     self.skipped, self.agreed_stop = verdict.skipped, int(out.stop)
     if verdict.status == outcome.DIVERGED:
       return outcome.DIVERGED, NONFINITE_STEP  # not applied: the weights are the step before's
-    course.after_step()
+    # AdaScale's clock counts updates made: an fp16 step skipped for an overflow moves it by nothing.
+    course.after_step(self.r if self.gain and bool(out.finite) else 0.0)
     step = course.step
     self._tell("after_step", step, course.nominal_step(spe), out, self.lr)
     if course.finished(spe):  # a stop requested at the last step too: nothing is left to resume
@@ -240,7 +254,8 @@ class Loop:
     reached = self.reached if status == outcome.TARGET_REACHED else None
     return Ending(status=status, cause=cause, step=self.course.step, epochs=self.course.epochs(self.spe),
                   lr=self.lr, skipped=self.skipped, held=self.held, reached=reached,
-                  stop_code=self.agreed_stop, images=self.course.position.images)
+                  stop_code=self.agreed_stop, images=self.course.position.images,
+                  gain=self.r if self.gain else None, tau=self.course.position.tau)
 
   def _evaluate(self) -> bool:
     """The held-out metrics, told to the hooks; whether they meet the target."""

@@ -79,15 +79,19 @@ class Fixed:
                                   images=step * config.data.global_batch, step=step)
     self.position = position
     course = course_lib.Course(course_lib.Held(self._for_world(position, config, data)), config.run, self.world,
-                               config.data)
+                               config.data, base_batch=config.optim.adascale_base)
     spe = data.steps_per_epoch
     where = (f"resumed from {newest} at step {step}: epoch {course.epochs(spe):.2f}, {position.images:,} images "
              "trained")
+    if config.optim.adascale_base:
+      where += f" (AdaScale: tau {position.tau:.1f} base-batch steps)"
     if position.global_batch and position.global_batch != config.data.global_batch:
+      follows = ("AdaScale's gain follows the new global batch" if config.optim.adascale_base else
+                 "the LR follows the new global batch")
       where += (f"; the global batch was {position.global_batch:,} on {position.ranks} ranks and is "
                 f"{config.data.global_batch:,} on {self.world.size} now: the schedule goes on from epoch "
-                f"{course.epochs(spe):.2f} (step {course.nominal_step(spe)} of {course.last_step(spe)} at this "
-                "batch) and the LR follows the new global batch")
+                f"{course.epochs(spe):.2f} (step {round(course.nominal_step(spe))} of {course.last_step(spe)} at "
+                f"this batch) and {follows}")
       if course.into_epoch(spe):
         where += "; the epoch's untrained examples are dealt to this world"
     self.log("%s", where)
@@ -111,7 +115,8 @@ class Fixed:
   def run(self, run_world, config, data, step: int, *, variables, saver, rebuild, watchdog) -> WorldRun:
     held = course_lib.Held(self._for_world(self.position, config, data))
     return run_world(self.world, config, data,
-                     course_lib.Course(held, config.run, self.world, config.data, getattr(data, "readers", 0)))
+                     course_lib.Course(held, config.run, self.world, config.data, getattr(data, "readers", 0),
+                                       config.optim.adascale_base))
 
   def summary_keys(self) -> dict:
     return {}
@@ -185,7 +190,7 @@ class Elastic(Fixed):
       self.world = now  # rank 0 of this world logs and writes
       self._joined(state, now, config_now)
       course = course_lib.Elastic(state, config_now.faults.elastic_commit_every, config_now.run, now,
-                                  config_now.data, getattr(data_now, "readers", 0))
+                                  config_now.data, getattr(data_now, "readers", 0), config_now.optim.adascale_base)
       try:
         return run_world(now, config_now, data_now, course)
       finally:

@@ -122,6 +122,20 @@ class NoiseScale:
     g, s = self.grad_sq, self.trace_sigma
     return s / g if g is not None and g > 0 and s > 0 else None
 
+  def state(self) -> dict:
+    """What a checkpoint and a commit keep (training/elastic.Position.noise): the two averages
+    and their weights, the reference size and the steps. Plain floats: JSON keeps them exactly,
+    so every rank restored from it computes the same B_simple (AdaScale's gain depends on it)."""
+    return {"grad_sq": [self._grad_sq.total, self._grad_sq.weight], "trace": [self._trace.total, self._trace.weight],
+            "reference": self._reference, "steps": self.steps}
+
+  def restore(self, state: dict | None) -> None:
+    """Back to a state() (None: nothing measured yet)."""
+    state = state or {"grad_sq": [0.0, 0.0], "trace": [0.0, 0.0], "reference": None, "steps": 0}
+    self._grad_sq.total, self._grad_sq.weight = (float(x) for x in state["grad_sq"])
+    self._trace.total, self._trace.weight = (float(x) for x in state["trace"])
+    self._reference, self.steps = state["reference"], int(state["steps"])
+
   def snapshot(self, step: int) -> dict:
     """summary.json's noise_scale.at_target: the estimates as they stand at `step`."""
     return {"b_simple": self.b_simple, "grad_sq": self.grad_sq, "trace_sigma": self.trace_sigma, "step": step}

@@ -117,3 +117,17 @@ def noise_keys(noise, ending: loop.Ending) -> dict:
     return {}
   reached = ending.reached if ending.status == outcome.TARGET_REACHED else None
   return {"noise_scale": noise.summary(at_target=noise.snapshot(reached.step) if reached else None)}
+
+
+def adascale_keys(ending: loop.Ending, config, info) -> dict:
+  """summary.json's adascale (--lr_scaling=adascale): the base batch, the last world's scale S and
+  the last step's gain r, tau, and both clocks in passes over the training split: the base-batch
+  epochs the schedule counted (tau x B0) and the data trained (images_trained). The summary's
+  `epochs` is the schedule's in whole batches of each world (a batch's remainder of the split
+  dropped), so it can exceed base_epochs by that remainder."""
+  if ending.gain is None:
+    return {}
+  base = config.optim.base_batch
+  return {"adascale": {"base_batch": base, "scale": config.data.global_batch / base, "gain": ending.gain,
+                       "tau": ending.tau, "base_epochs": round(ending.tau * base / info.num_train, 3),
+                       "data_epochs": round(ending.images / info.num_train, 3)}}

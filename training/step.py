@@ -57,7 +57,8 @@ def correct_count(logits, labels, k: int = 1) -> tf.Tensor:
 
 
 def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, label_smoothing: float = 0.0,
-                    agree=None, accumulation_steps: int = 1, noise=None, average=None):
+                    agree=None, accumulation_steps: int = 1, noise=None, average=None,
+                    identical_norms: bool = False):
   """A tf.function train_step(images, labels, lr, stop=0) -> StepOut(loss, correct, finite, stop).
 
   images: (K * batch, H, W, C) in the model's compute dtype, K =
@@ -87,7 +88,11 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
   sq_small of each rank's own accumulated gradient averaged over ranks (RANKS; average(x) ->
   its mean over ranks, one small allreduce Horovod fuses with the gradients) or of each
   micro-batch's gradient averaged over the K (MICRO). About 3 flops a weight: under 1% of a
-  step (make noise-scale's cost benchmark).
+  step (make noise-scale's cost benchmark). identical_norms (AdaScale, whose LR every rank
+  computes from them): sq_big averaged over ranks too, in a second small allreduce after the
+  exchange. The ranks' exchanged gradients are equal bit for bit, but a sum over them need not
+  be: TensorFlow's CPU reduction splits the work by the rank's thread count, which differs
+  between unlike hosts, and LRs that differ in the last bit drift the replicas apart.
   """
   variables = model.trainable_variables
   learning_rate = optimizer.learning_rate
@@ -114,6 +119,8 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
     # Unscale in fp32 before the optimizer: LARS's trust ratio must see true gradients.
     grads = loss_scale.unscale(grads)
     sq_big = squared_norm(grads) if noise else tf.constant(0.0)
+    if noise == RANKS and identical_norms:
+      sq_big = average(sq_big)
     learning_rate.assign(lr)
     finite = tf.logical_and(precision.all_finite(grads), tf.equal(codes[1], 0))
     finite = loss_scale.apply_if_finite(grads, lambda: optimizer.apply_gradients(zip(grads, variables)), finite)

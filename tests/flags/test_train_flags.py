@@ -58,6 +58,10 @@ def test_defaults_are_valid(tmp_path):
     ({"target_top1": 75.9}, World(), "--target_top1"),  # a percentage, not a fraction
     ({"target_top5": -0.5}, World(), "--target_top5"),
     ({"target_top1": 0.5, "dataset": "synthetic"}, World(), "--target_top1"),  # no held-out split
+    ({"base_batch": -8}, World(), "--base_batch"),
+    ({"base_batch": 8}, World(size=2), "--lr_scaling=adascale"),  # B0 is AdaScale's alone
+    ({"lr_scaling": "adascale", "noise_scale": False}, World(size=2), "--noise_scale"),  # the gain's source
+    ({"lr_scaling": "adascale", "base_batch": 8}, World(), "--accumulation_steps"),  # 1 rank: no noise scale
 ])
 def test_bad_flags(overrides, world, must_name):
   message = error(world, **overrides)
@@ -79,6 +83,32 @@ def test_global_batch_divides_by_ranks():
 def test_accumulation_multiplies_the_global_batch(overrides, world, batch, step_batch, global_batch):
   d = flags.build_config(values(**overrides), world).data
   assert (d.batch_size, d.step_batch, d.global_batch) == (batch, step_batch, global_batch)
+
+
+@pytest.mark.parametrize("overrides, world, base, adascale_base", [
+    ({}, World(size=4), 32, 0),                                                   # linear: no B0
+    ({"lr_scaling": "adascale"}, World(size=4), 32, 32),                          # B0: the per-rank batch
+    ({"lr_scaling": "adascale", "base_batch": 16}, World(size=4), 16, 16),
+    ({"lr_scaling": "adascale"}, World(), 32, 32),                                # S = 1 on one rank: no noise needed
+    ({"lr_scaling": "adascale", "batch_size": 8, "accumulation_steps": 4}, World(), 8, 8),  # micro-batches measure it
+])
+def test_adascale_takes_its_base_batch_from_the_per_rank_batch(overrides, world, base, adascale_base):
+  optim = flags.build_config(values(**overrides), world).optim
+  assert (optim.base_batch, optim.adascale_base) == (base, adascale_base)
+
+
+def test_a_checkpoint_of_the_linear_rule_is_refused_under_adascale(tmp_path):
+  # Its position has no AdaScale clock: resumed, the schedule would start again.
+  linear = flags.build_config(values(model_dir=str(tmp_path)), World(size=2))
+  (tmp_path / flags.CONFIG_FILE).write_text(json.dumps({"identity": {"model": "resnet20", "dataset": "digits",
+                                                                      "optimizer": "sgd"}}))  # before lr_scaling was kept
+  assert flags.check_paths(linear)[0] is None
+  ada = flags.build_config(values(model_dir=str(tmp_path), lr_scaling="adascale"), World(size=2))
+  message, _ = flags.check_paths(ada)
+  assert "--lr_scaling=linear, not adascale" in message
+  (tmp_path / flags.CONFIG_FILE).write_text(json.dumps({"identity": flags.checkpoint_identity(ada)}))
+  other_base = flags.build_config(values(model_dir=str(tmp_path), lr_scaling="adascale", base_batch=8), World(size=2))
+  assert "--base_batch=32, not 8" in flags.check_paths(other_base)[0]
 
 
 def test_missing_data_dir(tmp_path):

@@ -40,6 +40,7 @@ class FakeState:
 
 
 RUN = types.SimpleNamespace(epochs=2.0, max_steps=0)
+LINEAR = types.SimpleNamespace(adascale_base=0)  # OptimConfig under the linear rule
 
 
 def batch(global_batch, step_batch=8):
@@ -112,7 +113,7 @@ def test_a_run_resumed_on_half_the_ranks_goes_on_at_the_epoch_and_schedule_it_re
     p = p.after_step(2, 32, 64, readers=1)
   elastic.write_position(str(tmp_path), 46, p)
   config = types.SimpleNamespace(run=types.SimpleNamespace(model_dir=str(tmp_path), epochs=4.0, max_steps=0),
-                                 data=batch(32, step_batch=32))
+                                 data=batch(32, step_batch=32), optim=LINEAR)
   mode = modes.Fixed(None, world(1))
   lines = []
   mode.log = lambda fmt, *args: lines.append(fmt % args)
@@ -124,6 +125,23 @@ def test_a_run_resumed_on_half_the_ranks_goes_on_at_the_epoch_and_schedule_it_re
   assert (c.epochs(46), c.nominal_step(46), c.last_step(46), c.step) == (2.0, 92, 184, 46)
   # The epoch's last step was trained: nothing of it is left, so its end (save, evaluation) comes first.
   assert c.into_epoch(46) == 0 and not c.fresh_epoch()
+
+
+def test_under_adascale_a_resumed_run_goes_on_at_its_tau_and_says_the_gain_follows_the_batch(tmp_path):
+  # 46 updates at global batch 64 with gains of 1.5 (S = 2 over B0 = 32): tau 69 base-batch steps,
+  # 69 x 32 / 32 = 69 of the one rank's steps (46 an epoch): epoch 1.50 of the schedule.
+  p = Position()
+  for _ in range(46):
+    p = p.after_step(2, 32, 64, readers=1, tau=1.5)
+  elastic.write_position(str(tmp_path), 46, p)
+  config = types.SimpleNamespace(run=types.SimpleNamespace(model_dir=str(tmp_path), epochs=4.0, max_steps=0),
+                                 data=batch(32, step_batch=32), optim=types.SimpleNamespace(adascale_base=32))
+  mode = modes.Fixed(None, world(1))
+  lines = []
+  mode.log = lambda fmt, *args: lines.append(fmt % args)
+  mode.restored("D/ckpt-46", 46, config, types.SimpleNamespace(steps_per_epoch=46, readers=1))
+  assert "epoch 1.50, 2,944 images trained (AdaScale: tau 69.0 base-batch steps)" in lines[0], lines
+  assert "step 69 of 184 at this batch) and AdaScale's gain follows the new global batch" in lines[0], lines
 
 
 def test_a_run_resumed_mid_epoch_on_another_world_deals_the_rest_of_the_epoch_to_it():

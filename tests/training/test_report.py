@@ -1,5 +1,6 @@
 """training/report.py: the stop and divergence sentences as tables (test_faults, test_slurm and
 make faults parse them), and the line a run ends with."""
+import dataclasses
 import types
 
 import pytest
@@ -56,3 +57,14 @@ HELD = HeldOut(top1=0.79, top5=0.97, loss=1.0, count=300)
 def test_final_line(ending, targets, starts):
   line = report.final_line(ending, "", "d/ckpt-35", targets)
   assert line == starts if starts is None else line.startswith(starts), line
+
+
+def test_adascale_keys_give_the_gain_and_both_clocks_in_passes_over_the_split():
+  ending = loop.Ending(status=outcome.OK, cause=loop.FINISHED, step=100, epochs=1.02, lr=0.1, skipped=0,
+                       images=6400, gain=3.0, tau=40.0)
+  config = types.SimpleNamespace(optim=types.SimpleNamespace(base_batch=16), data=types.SimpleNamespace(global_batch=64))
+  info = types.SimpleNamespace(num_train=640)
+  assert report.adascale_keys(ending, config, info) == {"adascale": {
+      "base_batch": 16, "scale": 4.0, "gain": 3.0, "tau": 40.0, "base_epochs": 1.0, "data_epochs": 10.0}}
+  linear = dataclasses.replace(ending, gain=None, tau=0.0)
+  assert report.adascale_keys(linear, config, info) == {}

@@ -150,6 +150,12 @@ def test_without_noise_the_norms_are_zero_and_with_ranks_the_own_gradient_is_ave
   plain = step_lib.make_train_step(*tiny(), lambda g: g, precision.for_precision("fp32"), num_classes=8)
   out = plain(tf.constant(images), tf.constant(labels), tf.constant(0.0))
   assert (float(out.sq_small), float(out.sq_big)) == (0.0, 0.0)
+  # AdaScale's identical_norms: the exchanged mean's norm goes through the same averaging.
+  model, optimizer = tiny()
+  agreed = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"), num_classes=8,
+                                    noise=step_lib.RANKS, average=lambda x: (x + x / 2) / 2, identical_norms=True)
+  out = agreed(tf.constant(images), tf.constant(labels), tf.constant(0.0))
+  assert float(out.sq_big) == pytest.approx(0.75 * np.sum(own ** 2), rel=1e-5)
 
 
 @pytest.mark.parametrize("ranks, batch, k, want", [

@@ -1,0 +1,109 @@
+"""--lr_scaling=adascale in the real Loop and Course (fakes for the step and the data, as
+test_loop.py): each step's LR is r / S x the schedule at tau x B0 / B, tau moves by r, the run
+ends when tau has counted --epochs of base-batch steps, the data's epochs run on under it; tau
+and the noise scale's estimates survive a checkpoint's position file."""
+import types
+
+import pytest
+
+from optimizers import adascale
+from test_loop import Data, Recorder
+from training import course, loop, outcome
+from training.elastic import Position, read_position, write_position
+from training.loop import Loop, Policy
+from training.noise_scale import NoiseScale
+from training.step import StepOut
+
+ONE = types.SimpleNamespace(size=1)
+B0, B = 8, 64  # S = 8
+
+
+def gain_of(b_simple: float) -> float:
+  return (1 + b_simple / B0) / (1 + b_simple / B)
+
+
+class AdaRun:
+  """The Loop with a gain whose B_simple comes from `noise(updates so far)`; `lrs` holds each step's LR."""
+
+  def __init__(self, noise, spe=4, epochs=2.0, max_steps=0, tau=0.0, nonfinite=(), policy=Policy()):
+    self.noise, self.nonfinite, self.lrs, self.events = noise, set(nonfinite), [], []
+    data_config = types.SimpleNamespace(step_batch=B, global_batch=B)
+    self.course = course.Course(course.Held(Position(tau=tau)), types.SimpleNamespace(epochs=epochs, max_steps=max_steps),
+                                ONE, data_config, base_batch=B0)
+    self.gain = adascale.Gain(B0, B, lambda: self.noise(self.course.step))
+    self.loop = Loop(self.course, Data(spe), self.step, self.evaluate, lambda step: True, schedule=lambda s: 0.5 + s,
+                     stop_code=lambda: 0, policy=policy, hooks=[Recorder(self.events)], gain=self.gain)
+
+  def step(self, images, labels, lr, stop):
+    self.lrs.append(lr)
+    return StepOut(loss=1.0, correct=2.0, finite=self.course.step + 1 not in self.nonfinite, stop=stop,
+                   sq_small=0.0, sq_big=0.0)
+
+  def evaluate(self, on_batch):
+    return None
+
+  def run(self):
+    return self.loop.run(), [e for e in self.events if e[0] in ("save", "eval")]
+
+
+def test_the_lr_is_r_over_s_of_the_schedule_at_tau_and_the_run_ends_when_tau_counted_the_epochs():
+  r = gain_of(40.0)  # 3.69 of S = 8
+  run = AdaRun(lambda updates: 40.0, spe=4, epochs=2)
+  ending, events = run.run()
+  # 2 epochs of 4 steps of B are 64 base-batch steps: tau >= 64 after ceil(64 / r) = 18 updates.
+  updates = 18
+  assert (updates - 1) * r < 64 <= updates * r
+  assert ending.step == updates and ending.tau == pytest.approx(updates * r) and ending.gain == pytest.approx(r)
+  want = [r / 8 * (0.5 + k * r * B0 / B) for k in range(updates)]
+  assert run.lrs == pytest.approx(want, rel=1e-12)
+  # The data's epochs (4 steps each) end at 4, 8, 12, 16, each saved and evaluated; the run's end at 18.
+  assert events == [(kind, s) for s in (4, 8, 12, 16, 18) for kind in ("save", "eval")]
+  assert (ending.status, ending.cause) == (outcome.OK, loop.FINISHED)
+  assert ending.epochs == pytest.approx(updates * r * B0 / B / 4) and ending.images == updates * B
+
+
+def test_the_gain_is_1_until_the_noise_scale_is_measured_then_follows_it():
+  noise = lambda updates: None if updates < 3 else 10.0 * updates  # B_simple grows, as in training
+  run = AdaRun(noise, spe=100, epochs=1, max_steps=8)
+  ending, _ = run.run()
+  gains = [1.0 if u < 3 else gain_of(10.0 * u) for u in range(8)]
+  taus = [sum(gains[:k]) for k in range(8)]  # tau before each update
+  assert run.lrs == pytest.approx([g / 8 * (0.5 + t * B0 / B) for g, t in zip(gains, taus)], rel=1e-12)
+  assert ending.tau == pytest.approx(sum(gains)) and ending.step == 8  # --max_steps counts updates
+  assert gains[-1] > gains[3] > 1.0
+
+
+def test_an_fp16_step_skipped_for_an_overflow_does_not_move_the_clock():
+  run = AdaRun(lambda u: 40.0, spe=100, epochs=1, max_steps=3, nonfinite={2}, policy=Policy(fp16=True))
+  ending, _ = run.run()
+  assert ending.step == 3 and ending.tau == pytest.approx(2 * gain_of(40.0))
+
+
+def test_tau_and_the_noise_estimates_survive_the_position_file_and_the_run_goes_on_from_them(tmp_path):
+  noise = NoiseScale()
+  for sq_small, sq_big in [(3.0, 1.9), (2.5, 1.4), (2.8, 1.7)]:
+    noise.update(sq_small, sq_big, 32, 64)
+  position = Position(epoch=1, images=640, step=10, tau=37.25, noise=noise.state())
+  write_position(str(tmp_path), 10, position)
+  back = read_position(str(tmp_path), 10)
+  assert back == position
+  again = NoiseScale()
+  again.restore(back.noise)
+  assert (again.b_simple, again.grad_sq, again.trace_sigma, again.steps) == \
+      (noise.b_simple, noise.grad_sq, noise.trace_sigma, noise.steps)
+  noise.update(2.2, 1.1, 32, 64)
+  again.update(2.2, 1.1, 32, 64)
+  assert again.b_simple == noise.b_simple  # the same next estimate: every rank's gain alike
+  # A run resumed from it reads the schedule at tau = 37.25 (in this world's steps 37.25 x 8 / 64).
+  run = AdaRun(lambda u: 40.0, spe=100, epochs=1, max_steps=11, tau=back.tau)
+  run.course.holder.position = back
+  run.run()
+  assert run.lrs[0] == pytest.approx(gain_of(40.0) / 8 * (0.5 + 37.25 * B0 / B))
+
+
+def test_a_position_written_before_adascale_reads_as_tau_0_and_no_estimates():
+  old = {"epoch": 2, "history": [], "current": None, "images": 128, "step": 4}
+  assert (Position.from_json(old).tau, Position.from_json(old).noise) == (0.0, None)
+  fresh = NoiseScale()
+  fresh.restore(None)
+  assert fresh.b_simple is None and fresh.steps == 0
