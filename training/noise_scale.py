@@ -48,14 +48,27 @@ class _Mean:
 
   def __init__(self):
     self.total, self.weight = 0.0, 0.0
+    self.squares, self.weight_sq = 0.0, 0.0  # for the spread: the weighted mean of value^2, the weights' squares
 
   def add(self, value: float, decay: float) -> None:
     self.total = decay * self.total + (1 - decay) * value
     self.weight = decay * self.weight + (1 - decay)
+    self.squares = decay * self.squares + (1 - decay) * value * value
+    self.weight_sq = decay * decay * self.weight_sq + (1 - decay) ** 2
 
   @property
   def value(self) -> float | None:
     return self.total / self.weight if self.weight else None
+
+  @property
+  def standard_error(self) -> float | None:
+    """Of the weighted mean, from the values' weighted variance and the weights' effective count
+    (Kish: (sum w)^2 / sum w^2); None before two values."""
+    if not self.weight_sq or self.weight * self.weight / self.weight_sq < 2:
+      return None
+    n = self.weight * self.weight / self.weight_sq
+    variance = max(self.squares / self.weight - (self.total / self.weight) ** 2, 0.0) * n / (n - 1)
+    return (variance / n) ** 0.5
 
 
 class NoiseScale:
@@ -122,18 +135,31 @@ class NoiseScale:
     g, s = self.grad_sq, self.trace_sigma
     return s / g if g is not None and g > 0 and s > 0 else None
 
+  def b_simple_range(self, z: float = 2.0) -> tuple[float, float] | None:
+    """B_simple's spread: tr(Sigma) and |G|^2 each moved z standard errors of their averages, the
+    ratio at both corners (the upper one 1e15 when |G|^2 could be 0); None until both have one."""
+    g, s = self.grad_sq, self.trace_sigma
+    se_g, se_s = self._grad_sq.standard_error, self._trace.standard_error
+    if self.b_simple is None or se_g is None or se_s is None:
+      return None
+    low = max(s - z * se_s, 0.0) / (g + z * se_g)
+    high = (s + z * se_s) / (g - z * se_g) if g > z * se_g else 1e15
+    return low, high
+
   def state(self) -> dict:
     """What a checkpoint and a commit keep (training/elastic.Position.noise): the two averages
-    and their weights, the reference size and the steps. Plain floats: JSON keeps them exactly,
-    so every rank restored from it computes the same B_simple (AdaScale's gain depends on it)."""
-    return {"grad_sq": [self._grad_sq.total, self._grad_sq.weight], "trace": [self._trace.total, self._trace.weight],
+    with their weights and second moments, the reference size and the steps. Plain floats: JSON
+    keeps them exactly, so every rank restored from it computes the same B_simple (AdaScale's
+    gain and the batch controller depend on it)."""
+    return {"grad_sq": [self._grad_sq.total, self._grad_sq.weight, self._grad_sq.squares, self._grad_sq.weight_sq],
+            "trace": [self._trace.total, self._trace.weight, self._trace.squares, self._trace.weight_sq],
             "reference": self._reference, "steps": self.steps}
 
   def restore(self, state: dict | None) -> None:
     """Back to a state() (None: nothing measured yet)."""
-    state = state or {"grad_sq": [0.0, 0.0], "trace": [0.0, 0.0], "reference": None, "steps": 0}
-    self._grad_sq.total, self._grad_sq.weight = (float(x) for x in state["grad_sq"])
-    self._trace.total, self._trace.weight = (float(x) for x in state["trace"])
+    state = state or {"grad_sq": [0.0] * 4, "trace": [0.0] * 4, "reference": None, "steps": 0}
+    for mean, values in ((self._grad_sq, state["grad_sq"]), (self._trace, state["trace"])):
+      mean.total, mean.weight, mean.squares, mean.weight_sq = (float(x) for x in values)
     self._reference, self.steps = state["reference"], int(state["steps"])
 
   def snapshot(self, step: int) -> dict:

@@ -9,9 +9,10 @@ INFO = {**DATASETS, IMAGENET.name: IMAGENET}
 
 @dataclasses.dataclass(frozen=True)
 class Workload:
-  """One model to one target: `epochs` to reach it at global batch `batch`, per-rank speed
-  images_per_sec at per_rank_batch, the gradient noise scale b_simple (examples), and notes:
-  where each figure comes from and what it leaves out (printed with the plan)."""
+  """One model to one target: `epochs` to reach it at global batch `batch` (a lower bound when not
+  `reached`), on `ranks` ranks of per_rank_batch a micro-batch x `accumulation`, each rank at
+  images_per_sec, the gradient noise scale b_simple (examples), and notes: where each figure comes
+  from and what it leaves out (printed with the plan)."""
   name: str
   model: str
   dataset: str
@@ -22,6 +23,9 @@ class Workload:
   per_rank_batch: int
   images_per_sec: float
   b_simple: float
+  ranks: int = 1
+  accumulation: int = 1
+  reached: bool = True
   notes: tuple[str, ...] = ()
   # (ranks, per-rank batch, accumulation, seconds, what they are): a measured time to the target
   # to hold the plan against
@@ -75,7 +79,9 @@ def from_summary(summary: dict, b_simple: float | None = None) -> Workload:
                   target=f"held-out top-1 {summary.get('target_top1')}", train_images=INFO[dataset].num_train,
                   epochs=epochs, batch=summary["global_batch"], per_rank_batch=summary["per_rank_batch"],
                   images_per_sec=summary["images_per_sec"] / ranks,
-                  b_simple=b_simple if b_simple is not None else measured, notes=tuple(notes), reference=trained)
+                  b_simple=b_simple if b_simple is not None else measured, ranks=ranks,
+                  accumulation=summary.get("accumulation_steps", 1), reached=reached, notes=tuple(notes),
+                  reference=trained)
 
 
 # ResNet-50 on ImageNet to ~76% top-1 on Jia et al.'s cluster: no run here, every figure stated.
@@ -90,7 +96,7 @@ RESNET50_IMAGENET = Workload(
     # McCandlish et al. 2018 (abstract): ImageNet's largest useful batch is in the "tens of
     # thousands"; 32,768 is that order, the batch from which MLPerf's LARS reference changes its
     # recipe (REFERENCE.md), and half of Jia et al.'s. Stated, not measured: --b_simple changes it.
-    b_simple=32_768,
+    b_simple=32_768, ranks=JIA_RANKS,
     notes=("epochs to target: 90 at batch 65,536 (Jia et al. 2018, LARS, 75.8%; Goyal et al. 2017 also train 90 "
            "epochs, at 8,192, to 76.3% with SGD): fixed schedules, not measured times to a target, so E_min is "
            "an upper bound",

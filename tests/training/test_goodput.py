@@ -1,0 +1,97 @@
+"""training/goodput.py: the step-time model fitted to update times, goodput against its
+definition, and choose() against a fake step-time model: which K it picks and when it stays."""
+import pytest
+
+from optimizers import adascale
+from training import goodput
+from training.goodput import StepTime
+from training.noise_scale import NoiseScale
+
+
+@pytest.mark.parametrize("times, exchange, want", [
+    ({2: [0.5, 0.52, 9.0]}, 0.1, StepTime(0.1, 0.21)),           # one K: the median 0.52, the exchange given
+    ({2: [0.5]}, 0.9, StepTime(0.5, 1e-9)),                       # an exchange longer than the update is clipped
+    ({1: [0.3, 0.3], 4: [0.6], 8: [1.0, 1.0, 7.0]}, 5.0, StepTime(0.2, 0.1)),  # a line through the medians
+    # Off a line: relative errors, so K = 64 does not set it (plain least squares: 0.1627, 0.0912).
+    ({1: [0.2], 2: [0.4], 64: [6.0]}, 0.0, StepTime(0.12399612, 0.096450048)),
+])
+def test_fit_step_time(times, exchange, want):
+  got = goodput.fit_step_time(times, exchange)
+  assert got.exchange == pytest.approx(want.exchange) and got.micro == pytest.approx(want.micro, abs=1e-9)
+
+
+def test_fit_step_time_needs_a_time():
+  with pytest.raises(ValueError, match="at least one"):
+    goodput.fit_step_time({4: []}, 0.1)
+
+
+def test_goodput_is_the_gain_over_the_update_time():
+  t = StepTime(exchange=0.4, micro=0.1)
+  # K = 4 micro-batches of 32 on 2 ranks: B = 256 over B0 = 32.
+  want = adascale.gain(500.0, 32, 256) / 0.8
+  assert goodput.goodput(4, t, 500.0, 32, 32, 2) == pytest.approx(want)
+
+
+# McCandlish et al.'s S(B) = S_min + E_min / B with S_min 100, E_min 40,000 (B_crit 400): 725 steps at
+# B0 = 64, 200 at 400, 110 at 4,000; a batch under B0 takes more.
+@pytest.mark.parametrize("batch, steps", [(64, 725.0), (400, 200.0), (4000, 110.0), (32, 1350.0)])
+def test_updates_to_is_the_steps_examples_tradeoff(batch, steps):
+  assert goodput.updates_to(725.0, 400.0, 64, batch) == pytest.approx(steps)
+
+
+def test_seconds_to_is_the_updates_times_the_update():
+  t = StepTime(exchange=0.4, micro=0.1)  # K = 4 of 32 on 2 ranks: B = 256, 0.8 s an update
+  assert goodput.seconds_to(725.0, 4, t, 400.0, 64, 32, 2) == pytest.approx(
+      goodput.updates_to(725.0, 400.0, 64, 256) * 0.8)
+
+
+EXCHANGE_BOUND = StepTime(exchange=1.0, micro=0.05)  # a slow link: the exchange is most of an update
+COMPUTE_BOUND = StepTime(exchange=0.01, micro=0.2)
+
+
+@pytest.mark.parametrize("k_now, step_time, b_simple, b_range, want_k", [
+    (1, EXCHANGE_BOUND, None, None, 1),            # nothing measured: stay
+    (1, EXCHANGE_BOUND, 1e6, None, 8),             # all noise: r = S, and the exchange is shared by more images
+    (8, COMPUTE_BOUND, 1.0, None, 1),              # all signal: r ~ 1 whatever K, the smallest update is best
+    (1, COMPUTE_BOUND, 400.0, None, 1),            # on compute r / S falls faster than the update time grows
+    (1, EXCHANGE_BOUND, 1e6, (10.0, 1e7), 1),      # best at the estimate, not at its low end: stay
+])
+def test_choose(k_now, step_time, b_simple, b_range, want_k):
+  decision = goodput.choose(k_now, 8, step_time, b_simple, b_range, base_batch=32, micro_batch=32, ranks=2)
+  assert decision.k == want_k, decision
+  assert decision.changes == (want_k != k_now) and decision.reason
+  if decision.changes:
+    ratio = (goodput.goodput(want_k, step_time, b_simple, 32, 32, 2) /
+             goodput.goodput(k_now, step_time, b_simple, 32, 32, 2))
+    assert decision.gain == pytest.approx(ratio) and ratio > 1.05
+
+
+def test_choose_moves_only_past_the_threshold():
+  # K = 2 is 4% better than K = 1 here: under Pollux's 5% nothing moves, at 3% it does.
+  t = StepTime(exchange=0.3, micro=0.1)
+  b = 27.4
+  ratio = goodput.goodput(2, t, b, 32, 32, 1) / goodput.goodput(1, t, b, 32, 32, 1)
+  best = max(range(1, 3), key=lambda k: goodput.goodput(k, t, b, 32, 32, 1))
+  assert best == 2 and 1.03 < ratio < 1.05, ratio
+  assert goodput.choose(1, 2, t, b, None, 32, 32, 1).k == 1
+  assert goodput.choose(1, 2, t, b, None, 32, 32, 1, threshold=0.03).k == 2
+
+
+def test_the_noise_scale_range_holds_the_estimate_and_narrows_with_steps():
+  steady = NoiseScale()
+  for _ in range(50):
+    steady.update(3.0, 2.0, 32, 64)  # the same norms every step: no spread
+  low, high = steady.b_simple_range()
+  assert low == pytest.approx(steady.b_simple) and high == pytest.approx(steady.b_simple)
+  noisy, few = NoiseScale(), None
+  for i in range(400):
+    noisy.update(3.0 + (0.4 if i % 2 else -0.4), 2.0 + (0.1 if i % 3 else -0.2), 32, 64)
+    if i == 20:
+      few = noisy.b_simple_range()
+  low, high = noisy.b_simple_range()
+  assert low < noisy.b_simple < high
+  assert high - low < few[1] - few[0]  # more steps, a narrower range
+  assert noisy.b_simple_range(z=0.0) == pytest.approx((noisy.b_simple, noisy.b_simple))
+  back = NoiseScale()
+  back.restore(noisy.state())
+  assert back.b_simple_range() == noisy.b_simple_range()  # every rank restored from a commit agrees
