@@ -17,7 +17,8 @@ def default_optim():
   from flags import train_flags
   train_flags.define_flags()
   f = absl_flags.FLAGS
-  return optim_flags.build(types.SimpleNamespace(**{name: f[name].default for name in f}))
+  defaults = types.SimpleNamespace(**{name: f[name].default for name in f})
+  return optim_flags.build(defaults, defaults.batch_size)
 
 
 def default_optimizer(model):
