@@ -17,8 +17,9 @@ the exchange is the one measured on its own at start-up.
 
 choose() moves K only when the predicted goodput is better by more than `threshold` (Pollux:
 5%), for every B_simple in the estimate's own range, so noise in the estimate does not move the
-batch back and forth. Pure functions and numbers: the run's controller (train.py) and the
-planner (bench/plan) use the same ones.
+batch back and forth. Pure functions and numbers, one model for two users: the planner
+(bench/plan) predicts with StepTime, fit_step_time and goodput today; choose() is the rule of the
+batch controller (--batch_policy=adaptive, issue 24), which is not built yet.
 """
 import dataclasses
 import statistics

@@ -14,7 +14,7 @@ Usage: checks.py [--ranks_per_node=N] CHECK [ARG ...] [CHECK [ARG ...] ...]
 --ranks_per_node lays the ranks out as nodes of N (comm.init), for every check. The tests' runs
 (accumulation's flags abridged):
   horovodrun -np 4 python tests/multiprocess/scripts/checks.py --ranks_per_node=2 \\
-      exchange accumulation --data_dir=DIGITS --batch_size=8 --out=ranks.npz comm resnet20
+      accumulation --data_dir=DIGITS --batch_size=8 --out=ranks.npz comm resnet20
   horovodrun -np 2 --gloo python tests/multiprocess/scripts/checks.py \\
       data exchange evaluation overflow reducescatter 60 comm resnet50,alexnet
   python tests/multiprocess/scripts/checks.py accumulation --data_dir=DIGITS --batch_size=8 \\
