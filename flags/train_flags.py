@@ -92,6 +92,9 @@ def _unwritable(path: str) -> str | None:
 
 
 CONFIG_FILE = "config.json"
+# What an identity key absent from an older config.json stood for: runs before --lr_scaling were
+# of the linear rule. A key neither here nor in the file is taken as unchanged.
+IDENTITY_BEFORE_KEPT = {"lr_scaling": "linear"}
 
 
 def checkpoint_identity(config: Config) -> dict[str, str]:
@@ -113,9 +116,9 @@ def _incompatible_checkpoint(config: Config) -> str | None:
   with open(path) as fh:
     saved = json.load(fh).get("identity", {})
   for flag, new in checkpoint_identity(config).items():
-    # A config.json from before lr_scaling was kept is a run of the linear rule.
-    if saved.get(flag, "linear" if flag == "lr_scaling" else new) != new:
+    old = saved.get(flag, IDENTITY_BEFORE_KEPT.get(flag, new))
+    if old != new:
       return (f"--model_dir={config.run.model_dir} holds a checkpoint trained with "
-              f"--{flag}={saved.get(flag, 'linear')}, not {new}; use a new --model_dir "
+              f"--{flag}={old}, not {new}; use a new --model_dir "
               "(the old checkpoint is left untouched).")
   return None
