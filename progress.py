@@ -136,6 +136,10 @@ class Progress:
       tf.summary.scalar("eval/loss", loss)
     self.writer.flush()
 
+  def timed(self) -> tuple[int, float]:
+    """(images, seconds) of the timed steps: stretches of several batches add up to one rate."""
+    return self._timed_steps * self.global_batch, self._train_seconds
+
   def images_per_sec(self):
     """Global training images/sec over all steps after the first (None if too few)."""
     if not self._timed_steps or not self._train_seconds:

@@ -24,6 +24,7 @@ scalars, checkpoints, summary.json and, at the end, a SavedModel to serve
 (<model_dir>/export/); the final line on stdout is a JSON summary (final_top1,
 final_top5, final_loss, images_per_sec, ranks, global_batch, time_to_target_seconds, ...).
 """
+import dataclasses
 import os
 import sys
 import time
@@ -47,7 +48,8 @@ from input import pipeline  # noqa: E402
 from models import build_model  # noqa: E402
 from optimizers import adascale, build_optimizer, precision, schedules  # noqa: E402
 from progress import Progress, emit, write_json_atomic  # noqa: E402
-from training import checkpoints, evaluation, export, hooks, modes, outcome, report, signals  # noqa: E402
+from training import batch_control, checkpoints, evaluation, export, hooks, modes, outcome, report, signals  # noqa: E402
+from training import loop as loop_lib  # noqa: E402
 from training import step as step_lib, watchdog as watchdog_lib  # noqa: E402
 from training.loop import Loop, NoProgress, Policy  # noqa: E402
 from training.noise_scale import NoiseScale  # noqa: E402
@@ -93,18 +95,61 @@ def train(stop_request: signals.StopRequest):
   eval_step = step_lib.make_eval_step(model)
   writers = {}  # rank 0's TensorBoard writer, made once
   noise = NoiseScale() if config.run.noise_scale else None  # B_simple, smoothed over steps and worlds
+  # --batch_policy=adaptive: the goodput controller of the accumulation steps (rank 0 decides).
+  controller = batch_control.Controller(
+      config.data.batch_size, config.optim.base_batch, config.data.decide_every, noise, log=log,
+      agree=lambda k: hvd.broadcast_object(k, root_rank=0, name="batch_k")) if config.data.adaptive else None
 
   # ---------------------------------------------------------- step, loop --
   def run_world(world, config, data, course) -> modes.WorldRun:
-    """The loop in this world (--elastic: again in each new one) with its LR schedule, exchange and step."""
+    """The loop in this world (--elastic: again in each new one) with its exchange and step; under
+    --batch_policy=adaptive, stretch after stretch as the controller changes the accumulation steps."""
     if world.is_chief:
       saver.writer()
       writers.setdefault("tb", tf.summary.create_file_writer(os.path.join(config.run.model_dir, "tb")))
+    if noise:  # the estimates of the checkpoint or commit this world starts from, alike on every rank
+      noise.restore(course.position.noise)
+    exchange = make_gradient_exchange(hvd, config.comm, world, log)  # hybrid probes the links here
+    # The step users run and the benchmarks time (training/step.py): with --accumulation_steps=K, K
+    # micro-batches per rank, then one exchange (the one place gradients cross ranks) and one update.
+    # Horovod: the noise scale's per-rank squared norm averaged in one small allreduce (training/step.py).
+    # Adaptive: one step for every K (any_k), so a change of K costs no retrace.
+    adaptive = config.data.adaptive
+    if adaptive:  # the world's first K: near the batch the run last trained at, then the controller's
+      controller.new_world(world.size, config.data.k_range(world.size),
+                           step_lib.time_exchange(exchange, model.trainable_variables))
+      start = controller.start_k(config.data.accumulation_steps, course.position.global_batch)
+      if start != config.data.accumulation_steps:
+        log("batch: this world starts at K %d (global batch %d): the nearest to the global batch trained last "
+            "(%d) within K %d..%d", start, start * config.data.batch_size * world.size,
+            course.position.global_batch, *config.data.k_range(world.size))
+      controller.stretch(start)
+      controller.stretch(controller.first_choice(course.step))  # a line of its own if it moves K
+      if controller.k != config.data.accumulation_steps:
+        config, data = resized(config, world, controller.k)
+        course.resized(config.data, getattr(data, "readers", 0))
+    kind = hooks.Measuring.for_world(noise, world.size, config.data, log, keep=course.keep_noise)[0]
+    train_step = step_lib.make_train_step(
+        model, optimizer, exchange, loss_scale, data.info.num_classes, config.optim.label_smoothing,
+        agree=sync.agree_max(hvd), accumulation_steps=config.data.accumulation_steps, noise=kind,
+        average=lambda x: hvd.allreduce(x, op=hvd.Average), identical_norms=bool(config.optim.adascale_base),
+        any_k=tf.TensorSpec([config.data.batch_size, *data.info.image_shape], compute_dtype(config)) if adaptive else None)
+    timed = [0, 0.0]  # images and seconds of the stretches' timed steps
+    while True:
+      ending, progress = run_stretch(world, config, data, course, train_step)
+      timed = [a + b for a, b in zip(timed, progress.timed())]
+      if ending.cause != loop_lib.RESIZED:
+        break
+      controller.stretch(ending.resize_to)
+      config, data = resized(config, world, ending.resize_to)
+      course.resized(config.data, getattr(data, "readers", 0))
+    return modes.WorldRun(world, config, ending, exchange.plan, round(timed[0] / timed[1], 1) if timed[1] else None)
+
+  def run_stretch(world, config, data, course, train_step):
+    """The loop at one batch: its LR schedule, the progress lines, the noise scale's sizes."""
     spe = data.steps_per_epoch
     schedule = schedules.for_run(config.optim, config.data.global_batch, config.run.epochs, spe)
     log("%s", schedules.describe(schedule, config.optim.optimizer, config.optim.base_lr, config.data.global_batch))
-    if noise:  # the estimates of the checkpoint or commit this world starts from, alike on every rank
-      noise.restore(course.position.noise)
     gain = None
     if config.optim.adascale_base:  # the schedule above, at the gain's fraction r / S of it (optimizers/adascale.py)
       gain = adascale.Gain(config.optim.base_batch, config.data.global_batch, lambda: noise.b_simple)
@@ -113,31 +158,28 @@ def train(stop_request: signals.StopRequest):
           "update's LR is r x it at tau, and tau moves on by r, r from the noise scale between 1 and S = %.2f (now %.2f): "
           "the schedule above at r / S; --epochs counts base-batch epochs", gain.base_batch, base.peak_lr,
           base.warmup_steps, base.total_steps, gain.scale, gain())
-    exchange = make_gradient_exchange(hvd, config.comm, world, log)  # hybrid probes the links here
-    # The step users run and the benchmarks time (training/step.py): with --accumulation_steps=K, K
-    # micro-batches per rank, then one exchange (the one place gradients cross ranks) and one update.
-    # Horovod: the noise scale's per-rank squared norm averaged in one small allreduce (training/step.py).
-    kind, measuring = hooks.Measuring.for_world(noise, world.size, config.data, log, keep=course.keep_noise)
-    train_step = step_lib.make_train_step(model, optimizer, exchange, loss_scale, data.info.num_classes,
-                                          config.optim.label_smoothing, agree=sync.agree_max(hvd),
-                                          accumulation_steps=config.data.accumulation_steps, noise=kind,
-                                          average=lambda x: hvd.allreduce(x, op=hvd.Average),
-                                          identical_norms=bool(config.optim.adascale_base))
+    _, measuring = hooks.Measuring.for_world(noise, world.size, config.data, log, keep=course.keep_noise)
     progress = Progress(world.is_chief, config.data.global_batch, config.data.step_batch, course.nominal_step(spe),
                         course.last_step(spe), spe, config.run.log_every, writers.get("tb") if world.is_chief else None,
-                        noise=noise if kind else None,
+                        noise=noise if measuring else None,
                         adascale=gain and (lambda: (gain(), gain.scale, course.position.tau,
                                                     course.position.images / data.info.num_train)))
     log("training steps %d..%d (%d per epoch, %.1f epochs)", course.nominal_step(spe), course.last_step(spe),
         spe, course.last_step(spe) / spe)
     # Horovod: one allreduce of the sums [loss, top-1 hits, top-5 hits, count] over ranks.
     evaluate = evaluation.evaluator(eval_step, data, lambda sums: hvd.allreduce(sums, op=hvd.Sum, name="eval_totals"))
+    adaptive = config.data.adaptive
     loop = Loop(course, data, step_lib.host_step(train_step), evaluate, save=lambda s: saver.save(s, course.position),
                 schedule=schedule, stop_code=lambda: stop_request.code, policy=Policy.of(config),
-                clock=lambda: time.time() - START, gain=gain,
+                clock=lambda: time.time() - START, gain=gain, resize=controller.resize if adaptive else None,
                 hooks=[hooks.StepVariable(step_var), hooks.Watching(watchdog), *filter(None, [measuring]),
-                       hooks.Reporting(progress, by_updates=gain is not None)])
-    return modes.WorldRun(world, config, loop.run(), exchange.plan, progress.images_per_sec())
+                       *([controller] if adaptive else []), hooks.Reporting(progress, by_updates=gain is not None)])
+    return loop.run(), progress
+
+  def resized(config, world, k):
+    """The config and input at K accumulation steps (the controller's choice)."""
+    new = dataclasses.replace(config, data=config.data.with_accumulation(k, world.size))
+    return new, input_for(new, world, mode, scanned)
 
   def rebuild(world):  # --elastic: a new world's config (the global batch follows the policy) and input
     new = flags.build_config(FLAGS, world)
@@ -148,7 +190,7 @@ def train(stop_request: signals.StopRequest):
                       variables=variables + [loss_scale.scale, loss_scale.good_steps])
   except (flags.ConfigError, checkpoints.CheckpointError, NoProgress) as e:  # the checkpoints stay intact
     fail(str(e))
-  finish(result, model, saver, watchdog, stop_request, mode, data.info, noise)
+  finish(result, model, saver, watchdog, stop_request, mode, data.info, noise, controller)
 
 
 # ------------------------------------------------------------------ setup --
@@ -188,10 +230,15 @@ def setup():
 
 
 # ------------------------------------------------------------------ input --
+def compute_dtype(config):
+  """The model's compute dtype, the images' dtype (half the bytes in bf16/fp16)."""
+  return keras.mixed_precision.Policy(precision.POLICIES[config.optim.precision]).compute_dtype
+
+
 def input_for(config, world, mode, scanned):
-  """This rank's input; images leave it in the model's compute dtype (half the bytes in bf16/fp16)."""
-  dtype = keras.mixed_precision.Policy(precision.POLICIES[config.optim.precision]).compute_dtype
-  return pipeline.build(config.data, world, config.run.seed, dtype=dtype, scanned=scanned, elastic=mode.elastic_input)
+  """This rank's input; images leave it in the model's compute dtype."""
+  return pipeline.build(config.data, world, config.run.seed, dtype=compute_dtype(config), scanned=scanned,
+                        elastic=mode.elastic_input)
 
 
 # ------------------------------------------------------- model, optimizer --
@@ -231,7 +278,7 @@ def restore(config, world, mode, model, optimizer, loss_scale, data):
 
 
 # ---------------------------------------------------------- summary, export --
-def finish(result: modes.WorldRun, model, saver, watchdog, stop_request, mode, info, noise):
+def finish(result: modes.WorldRun, model, saver, watchdog, stop_request, mode, info, noise, controller):
   """summary.json, the SavedModel and the last lines on rank 0; every rank exits with the run's status."""
   ending, world, config = result.ending, result.world, result.config
   identical = sync.replicas_identical(hvd, model.trainable_variables)
@@ -240,7 +287,8 @@ def finish(result: modes.WorldRun, model, saver, watchdog, stop_request, mode, i
   summary = report.summary(ending, config, world, info.name, plan=result.plan, images_per_sec=result.images_per_sec,
                            identical=identical, wall_seconds=time.time() - START,
                            extra={**mode.summary_keys(), **report.noise_keys(noise, ending),
-                                  **report.adascale_keys(ending, config, info)})
+                                  **report.adascale_keys(ending, config, info),
+                                  **({"batch_policy": controller.summary()} if controller else {})})
   # summary.json first: a failed export or a kill during it (minutes for ResNet-50) loses nothing else.
   if world.is_chief:
     write_json_atomic(os.path.join(config.run.model_dir, "summary.json"), summary)

@@ -83,12 +83,29 @@ class DataConfig:
   global_batch: int      # batch_size * ranks * accumulation_steps: one update's images, what the LR scales with
   eval_batch_size: int   # per rank
   shuffle_buffer: int
-  accumulation_steps: int = 1  # micro-batches per update (training/step.py)
+  accumulation_steps: int = 1  # micro-batches per update (training/step.py); adaptive: where it starts
+  batch_policy: str = "fixed"  # fixed | adaptive: the goodput controller moves the accumulation steps (training/batch_control.py)
+  max_global_batch: int = 0    # adaptive: the largest global batch it may choose
+  decide_every: int = 50       # adaptive: updates between its decisions
 
   @property
   def step_batch(self) -> int:
     """Images per rank per training step: accumulation_steps micro-batches of batch_size."""
     return self.batch_size * self.accumulation_steps
+
+  @property
+  def adaptive(self) -> bool:
+    return self.batch_policy == "adaptive"
+
+  def k_range(self, ranks: int) -> tuple[int, int]:
+    """The accumulation steps the adaptive policy may choose on `ranks` ranks: from 1 (2 on one rank,
+    whose noise scale compares micro-batches) to the most that stay within max_global_batch."""
+    low = 2 if ranks == 1 else 1
+    return low, max(low, self.max_global_batch // (self.batch_size * ranks))
+
+  def with_accumulation(self, k: int, ranks: int) -> "DataConfig":
+    """This config at K accumulation steps on `ranks` ranks (the adaptive policy's change)."""
+    return dataclasses.replace(self, accumulation_steps=k, global_batch=self.batch_size * ranks * k)
 
 
 @dataclasses.dataclass(frozen=True)

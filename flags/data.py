@@ -43,6 +43,20 @@ def define() -> None:
       "one exchange and one update, so the global batch is batch x ranks x this on fewer ranks "
       "(BatchNorm still normalises each --batch_size micro-batch; the LR rule, warmup and epochs "
       "count the global batch).")
+  absl_flags.DEFINE_enum(
+      "batch_policy", "fixed", ["fixed", "adaptive"],
+      "fixed: the global batch the batch flags give, for the whole run. adaptive: a goodput controller "
+      "(training/batch_control.py) re-picks the accumulation steps every --batch_decide_every updates and at "
+      "each world change, the K that makes the most base-batch progress a second (AdaScale's gain over the "
+      "update time, fitted as the run goes), moving only for a predicted gain over 5% across the noise "
+      "scale's spread; --accumulation_steps is where it starts (on one rank at least 2: its noise scale "
+      "compares micro-batches). Needs --lr_scaling=adascale.")
+  absl_flags.DEFINE_integer(
+      "max_global_batch", 0, "--batch_policy=adaptive: the largest global batch it may choose "
+      "(0: 8 x the starting global batch).")
+  absl_flags.DEFINE_integer(
+      "batch_decide_every", 50, "--batch_policy=adaptive: updates between its decisions (a decision "
+      "costs one broadcast; a change rebuilds the input, not the step).")
   absl_flags.DEFINE_integer("eval_batch_size", 0, "Images per rank per evaluation step "
                             "(0: same as the training batch per rank).")
   absl_flags.DEFINE_integer("shuffle_buffer", 10_000, "Examples in each rank's shuffle buffer.")
@@ -130,6 +144,7 @@ def build(f, world: World) -> DataConfig:
     raise ConfigError(problem)
   if f.eval_batch_size < 0:
     raise ConfigError(f"--eval_batch_size={f.eval_batch_size} is negative; pass 0 or a positive number.")
+  max_global = _check_batch_policy(f, global_batch, batch_size, world)
   if f.shuffle_buffer <= 0:
     raise ConfigError(f"--shuffle_buffer={f.shuffle_buffer} must be positive, e.g. --shuffle_buffer=10000.")
 
@@ -142,4 +157,25 @@ def build(f, world: World) -> DataConfig:
                     skip_corrupt=f.skip_corrupt, data_dir=data_dir, create_data_dir=create_data_dir,
                     batch_size=batch_size,
                     global_batch=global_batch, eval_batch_size=f.eval_batch_size or batch_size,
-                    shuffle_buffer=f.shuffle_buffer, accumulation_steps=k)
+                    shuffle_buffer=f.shuffle_buffer, accumulation_steps=k, batch_policy=f.batch_policy,
+                    max_global_batch=max_global, decide_every=f.batch_decide_every)
+
+
+def _check_batch_policy(f, global_batch: int, batch_size: int, world: World) -> int:
+  """--batch_policy's flags checked; the largest global batch it may choose (0: fixed)."""
+  if f.batch_policy != "adaptive":
+    if f.max_global_batch:
+      raise ConfigError(f"--max_global_batch={f.max_global_batch} bounds --batch_policy=adaptive; add it or "
+                        "drop --max_global_batch.")
+    return 0
+  if f.batch_decide_every < 1:
+    raise ConfigError(f"--batch_decide_every={f.batch_decide_every} must be at least 1, e.g. --batch_decide_every=50.")
+  max_global = f.max_global_batch or 8 * global_batch
+  if max_global < global_batch:
+    raise ConfigError(f"--max_global_batch={max_global} is below the starting global batch {global_batch}; "
+                      f"pass at least {global_batch}, e.g. --max_global_batch={8 * global_batch}.")
+  if max_global < batch_size * world.size * (3 if world.size == 1 else 2):  # K from 1 (2 on one rank): two to choose
+    raise ConfigError(f"--max_global_batch={max_global} leaves --batch_policy=adaptive one batch to choose "
+                      f"({batch_size} per rank x {world.size} ranks); raise it, e.g. "
+                      f"--max_global_batch={8 * global_batch}, or use --batch_policy=fixed.")
+  return max_global

@@ -41,12 +41,16 @@ def build_config(f, world: World) -> Config:
 
 def _check_adascale(optim_config, run_config, data_config, world: World) -> None:
   """AdaScale's gain comes from the noise scale: without it the LR would stay the base batch's."""
-  if not optim_config.adascale_base or data_config.global_batch == optim_config.base_batch:
+  if data_config.adaptive and not optim_config.adascale_base:
+    raise ConfigError("--batch_policy=adaptive changes the global batch during the run, which only AdaScale's "
+                      "LR follows (the linear rule would jump the LR at each change); add --lr_scaling=adascale.")
+  if not optim_config.adascale_base or (data_config.global_batch == optim_config.base_batch
+                                        and not data_config.adaptive):
     return
   if not run_config.noise_scale:
     raise ConfigError("--lr_scaling=adascale takes its gain from the gradient noise scale; drop "
                       "--noise_scale=false.")
-  if world.size == 1 and data_config.accumulation_steps == 1:
+  if world.size == 1 and data_config.accumulation_steps == 1 and not data_config.adaptive:  # adaptive: K >= 2 there
     raise ConfigError(f"--lr_scaling=adascale at global batch {data_config.global_batch} (base batch "
                       f"{optim_config.base_batch}) needs the noise scale, which one rank measures only with "
                       "--accumulation_steps >= 2; add it, or launch 2+ ranks.")

@@ -106,6 +106,13 @@ class Course:
     self.holder.position = self.holder.position.after_step(self.world.size, self.data_config.step_batch,
                                                            self.data_config.global_batch, self.readers, tau)
 
+  def resized(self, data_config, readers: int = 0) -> None:
+    """The batch controller changed the accumulation steps (--batch_policy=adaptive): the stretch
+    trained at the old step batch joins the epoch's history, as at a world change, so the epoch's
+    rest is dealt at the new one; the epoch, the images and tau go on."""
+    self.data_config, self.readers = data_config, readers
+    self.holder.position = self.holder.position.world_changed()
+
   def keep_noise(self, state: dict) -> None:
     """The noise scale's averages after a step (NoiseScale.state), checkpointed and committed with
     the position: a resumed run, and a rank that joins a world, start from them."""

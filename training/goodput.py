@@ -18,8 +18,8 @@ the exchange is the one measured on its own at start-up.
 choose() moves K only when the predicted goodput is better by more than `threshold` (Pollux:
 5%), for every B_simple in the estimate's own range, so noise in the estimate does not move the
 batch back and forth. Pure functions and numbers, one model for two users: the planner
-(bench/plan) predicts with StepTime, fit_step_time and goodput today; choose() is the rule of the
-batch controller (--batch_policy=adaptive, issue 24), which is not built yet.
+(bench/plan) predicts with StepTime, fit_step_time and goodput; the batch controller
+(--batch_policy=adaptive, training/batch_control.py) decides with fit_step_time and choose().
 """
 import dataclasses
 import statistics
@@ -100,8 +100,8 @@ class Decision:
 
 def choose(k_now: int, k_max: int, step_time: StepTime, b_simple: float | None,
            b_range: tuple[float, float] | None, base_batch: int, micro_batch: int, ranks: int,
-           threshold: float = THRESHOLD) -> Decision:
-  """The K in 1..k_max of most goodput at b_simple, if it beats k_now's by more than `threshold`
+           threshold: float = THRESHOLD, k_min: int = 1) -> Decision:
+  """The K in k_min..k_max of most goodput at b_simple, if it beats k_now's by more than `threshold`
   at b_simple and at both ends of b_range (the estimate's spread; None: b_simple alone);
   otherwise k_now. No estimate yet (b_simple None): r = 1 at every K, which favours the
   smallest; the controller waits instead (k_now stays)."""
@@ -113,7 +113,7 @@ def choose(k_now: int, k_max: int, step_time: StepTime, b_simple: float | None,
     return (goodput(k, step_time, b, base_batch, micro_batch, ranks) /
             goodput(k_now, step_time, b, base_batch, micro_batch, ranks))
 
-  best = max(range(1, k_max + 1), key=lambda k: goodput(k, step_time, b_simple, base_batch, micro_batch, ranks))
+  best = max(range(k_min, k_max + 1), key=lambda k: goodput(k, step_time, b_simple, base_batch, micro_batch, ranks))
   if best == k_now:
     return Decision(k_now, 1.0, f"K={k_now} is the best at B_simple {b_simple:.0f}")
   worst = min(ratio(best, b) for b in points)

@@ -59,8 +59,9 @@ class Reached:
   epoch: float
 
 
-# Why a run ended: Ending.cause.
-FINISHED, NOTHING_LEFT, TARGET, SIGNAL = "finished", "nothing_left", "target", "signal"
+# Why a run ended: Ending.cause. RESIZED ends a stretch, not the run: the batch controller
+# (training/batch_control.py) chose another accumulation K, and train.py goes on at it.
+FINISHED, NOTHING_LEFT, TARGET, SIGNAL, RESIZED = "finished", "nothing_left", "target", "signal", "resized"
 NONFINITE_STEP, NONFINITE_WEIGHTS = "nonfinite_step", "nonfinite_weights"
 
 
@@ -86,6 +87,7 @@ class Ending:
   images: int = 0
   gain: float | None = None  # AdaScale: the last step's r (None: the linear rule)
   tau: float = 0.0           # AdaScale: the base-batch steps its schedule counted
+  resize_to: int = 0         # RESIZED: the accumulation steps the run goes on at
 
 
 class Hook:
@@ -127,14 +129,16 @@ class Loop:
   schedule(step) -> LR; stop_code() -> this rank's stop request (0: none); clock() -> seconds
   since start-up; gain: None (the linear rule) or optimizers/adascale.Gain: each step's LR is
   r / S x schedule(step) and the course's clock moves on by r (the schedule's step, in this world's
-  steps, by r / S).
+  steps, by r / S); resize(step) -> another accumulation K, or None (--batch_policy=adaptive: the
+  stretch ends RESIZED after that step, with nothing saved: the run goes on in this process).
   """
 
   def __init__(self, course, data, train_step, evaluate, save, schedule, stop_code, policy: Policy,
-               hooks=(), clock=time.time, gain=None):
+               hooks=(), clock=time.time, gain=None, resize=None):
     self.course, self.data, self.train_step, self.evaluate_fn = course, data, train_step, evaluate
     self.save_fn, self.schedule, self.stop_code, self.policy = save, schedule, stop_code, policy
-    self.hooks, self.clock, self.gain = list(hooks), clock, gain
+    self.hooks, self.clock, self.gain, self.resize = list(hooks), clock, gain, resize
+    self.resize_to = 0
     self.spe = data.steps_per_epoch
     self.held = None
     self.reached = None
@@ -173,6 +177,8 @@ class Loop:
       else:
         end = self._epoch_end(epoch, taken, fresh)
       if end:
+        if end[1] == RESIZED:
+          return self._ending(*end)
         return self._finish(*end)
 
   def _step(self, images, labels):
@@ -207,6 +213,10 @@ class Loop:
     if saving and not self._save(step):
       return outcome.DIVERGED, NONFINITE_WEIGHTS
     self._commit(step, force=bool(saving))
+    if self.resize and into:  # an epoch's last step: its end comes first, in this stretch
+      self.resize_to = self.resize(step) or 0
+      if self.resize_to:
+        return outcome.OK, RESIZED
     # The next batch is read next: a stuck reader shows as 'input'; after an epoch's last step the
     # epoch's iterator runs out and the next one is built ('epoch': slower, and first-time at first).
     self._tell("before", "input" if into else "epoch", step)
@@ -255,7 +265,7 @@ class Loop:
     return Ending(status=status, cause=cause, step=self.course.step, epochs=self.course.epochs(self.spe),
                   lr=self.lr, skipped=self.skipped, held=self.held, reached=reached,
                   stop_code=self.agreed_stop, images=self.course.position.images,
-                  gain=self.r if self.gain else None, tau=self.course.position.tau)
+                  gain=self.r if self.gain else None, tau=self.course.position.tau, resize_to=self.resize_to)
 
   def _evaluate(self) -> bool:
     """The held-out metrics, told to the hooks; whether they meet the target."""

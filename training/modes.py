@@ -85,7 +85,9 @@ class Fixed:
              "trained")
     if config.optim.adascale_base:
       where += f" (AdaScale: tau {position.tau:.1f} base-batch steps)"
-    if position.global_batch and position.global_batch != config.data.global_batch:
+    if config.data.adaptive and position.global_batch:
+      where += f"; --batch_policy=adaptive goes on near its global batch {position.global_batch:,}"
+    elif position.global_batch and position.global_batch != config.data.global_batch:
       follows = ("AdaScale's gain follows the new global batch" if config.optim.adascale_base else
                  "the LR follows the new global batch")
       where += (f"; the global batch was {position.global_batch:,} on {position.ranks} ranks and is "

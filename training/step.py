@@ -15,6 +15,8 @@ bf16 means the run diverged (train.py stops it); in fp16 it is an overflow
 that lowers the loss scale.
 """
 import collections
+import statistics
+import time
 
 import keras
 import tensorflow as tf
@@ -58,7 +60,7 @@ def correct_count(logits, labels, k: int = 1) -> tf.Tensor:
 
 def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, label_smoothing: float = 0.0,
                     agree=None, accumulation_steps: int = 1, noise=None, average=None,
-                    identical_norms: bool = False):
+                    identical_norms: bool = False, any_k=None):
   """A tf.function train_step(images, labels, lr, stop=0) -> StepOut(loss, correct, finite, stop).
 
   images: (K * batch, H, W, C) in the model's compute dtype, K =
@@ -93,23 +95,33 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
   exchange. The ranks' exchanged gradients are equal bit for bit, but a sum over them need not
   be: TensorFlow's CPU reduction splits the work by the rank's thread count, which differs
   between unlike hosts, and LRs that differ in the last bit drift the replicas apart.
+
+  any_k (--batch_policy=adaptive): a tf.TensorSpec of one micro-batch's images, (batch, H, W, C);
+  the step then takes any whole number K of them, K read from the images' leading dimension, and
+  is traced once for every K (accumulation_steps is ignored): the controller's changes of K
+  (training/batch_control.py) cost no retrace.
   """
   variables = model.trainable_variables
   learning_rate = optimizer.learning_rate
-  k = accumulation_steps
-  gradients = make_gradients(model, loss_scale, num_classes, label_smoothing, k, micro_norms=noise == MICRO)
+  k = None if any_k is not None else accumulation_steps
+  gradients = make_gradients(model, loss_scale, num_classes, label_smoothing, k, micro_norms=noise == MICRO,
+                             micro_batch=any_k.shape[0] if any_k is not None else None)
+  signature = None
+  if any_k is not None:
+    signature = [tf.TensorSpec([None, *any_k.shape[1:]], any_k.dtype), tf.TensorSpec([None], tf.int32),
+                 tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32)]
 
   def unscaled(sq):
     """A squared norm of scaled gradients, unscaled (fp16: divided by the scale squared)."""
     return sq / tf.square(tf.cast(loss_scale.scale, tf.float32)) if loss_scale.enabled else sq
 
-  @tf.function
+  @tf.function(input_signature=signature)
   def train_step(images, labels, lr, stop=tf.constant(0)):
-    loss, correct, bad, micro_sq, grads = gradients(images, labels)
+    loss, correct, bad, micro_sq, grads, micro_batches = gradients(images, labels)
     if noise == RANKS:  # this rank's own gradient, before the exchange: mean over ranks below
       sq_small = average(unscaled(squared_norm(grads)))
     elif noise == MICRO:  # each micro-batch's gradient of its mean loss is K x its share here
-      sq_small = unscaled(micro_sq) * k
+      sq_small = unscaled(micro_sq) * micro_batches
     else:
       sq_small = tf.constant(0.0)
     # One verdict for every rank: a stop request anywhere, a non-finite loss anywhere.
@@ -129,15 +141,17 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
   return train_step
 
 
-def make_gradients(model, loss_scale, num_classes: int, label_smoothing: float, k: int, micro_norms: bool):
+def make_gradients(model, loss_scale, num_classes: int, label_smoothing: float, k: int | None, micro_norms: bool,
+                   micro_batch: int | None = None):
   """gradients(images, labels) -> (mean loss, top-1 hits, non-finite loss as int32, the sum of
   the micro-batches' squared gradient norms (0 unless micro_norms), scaled gradients of the mean
-  loss over all K micro-batches): the rank's forward and backward passes of one step."""
+  loss over all K micro-batches, K as float32): the rank's forward and backward passes of one
+  step. k None: K is the images' leading dimension over micro_batch, read when the step runs."""
   # One-hot targets, so label smoothing can apply; float32 logits -> fp32 loss.
   loss_fn = keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=label_smoothing)
   variables = model.trainable_variables
 
-  def forward_backward(images, labels):
+  def forward_backward(images, labels, k):
     """(loss, top-1 hits, non-finite loss as int32, scaled gradients of loss / K) of one micro-batch."""
     with tf.GradientTape() as tape:
       logits = model(images, training=True)
@@ -149,24 +163,45 @@ def make_gradients(model, loss_scale, num_classes: int, label_smoothing: float, 
 
   def accumulated(images, labels):
     """forward_backward's results over the K micro-batches: mean loss, sums of the rest."""
-    images = tf.reshape(images, [k, -1, *images.shape[1:]])
-    labels = tf.reshape(labels, [k, -1])
+    if k is None:  # any K: micro-batches of the static micro_batch (BatchNorm's batch), as many as came
+      images = tf.reshape(images, [-1, micro_batch, *images.shape[1:]])
+      labels = tf.reshape(labels, [-1, micro_batch])
+    else:
+      images = tf.reshape(images, [k, -1, *images.shape[1:]])
+      labels = tf.reshape(labels, [k, -1])
+    count = tf.shape(labels)[0]
+    k_float = tf.cast(count, tf.float32)
     # A tf.while_loop (not K unrolled copies of the model in the graph): tracing stays one model's.
     def body(i, loss, correct, bad, sq, sums):
-      l, c, b, grads = forward_backward(images[i], labels[i])
+      l, c, b, grads = forward_backward(images[i], labels[i], k_float)
       sq = sq + squared_norm(grads) if micro_norms else sq
       return i + 1, loss + l, correct + c, tf.maximum(bad, b), sq, [s + g for s, g in zip(sums, grads)]
     zeros = [tf.zeros(v.shape, v.dtype) for v in variables]
     _, loss, correct, bad, sq, grads = tf.while_loop(
-        lambda i, *_: i < k, body,
+        lambda i, *_: i < count, body,
         [tf.constant(0), tf.constant(0.0), tf.constant(0.0), tf.constant(0), tf.constant(0.0), zeros])
-    return loss / k, correct, bad, sq, grads
+    return loss / k_float, correct, bad, sq, grads, k_float
 
   def single(images, labels):
-    loss, correct, bad, grads = forward_backward(images, labels)
-    return loss, correct, bad, tf.constant(0.0), grads
+    loss, correct, bad, grads = forward_backward(images, labels, 1)
+    return loss, correct, bad, tf.constant(0.0), grads, tf.constant(1.0)
 
-  return accumulated if k > 1 else single
+  return accumulated if k is None or k > 1 else single
+
+
+def time_exchange(exchange, variables, repeats: int = 3) -> float:
+  """Seconds of one exchange of gradients shaped as `variables`, alone: the median of `repeats`
+  after a first (traced) one. A collective: every rank calls it. The batch controller's prior for
+  the exchange before it has seen two batches (training/batch_control.py)."""
+  zeros = [tf.zeros(v.shape, v.dtype) for v in variables]
+  run = tf.function(lambda grads: tf.add_n([tf.reduce_sum(tf.cast(g, tf.float32)) for g in exchange(grads)]))
+  run(zeros).numpy()
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    run(zeros).numpy()  # a scalar of every output: the exchange has finished
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
 
 
 def host_step(train_step):

@@ -62,6 +62,14 @@ def test_defaults_are_valid(tmp_path):
     ({"base_batch": 8}, World(size=2), "--lr_scaling=adascale"),  # B0 is AdaScale's alone
     ({"lr_scaling": "adascale", "noise_scale": False}, World(size=2), "--noise_scale"),  # the gain's source
     ({"lr_scaling": "adascale", "base_batch": 8}, World(), "--accumulation_steps"),  # 1 rank: no noise scale
+    ({"batch_policy": "adaptive"}, World(size=2), "--lr_scaling=adascale"),  # the linear rule would jump the LR
+    ({"batch_policy": "adaptive", "lr_scaling": "adascale", "max_global_batch": 32}, World(size=2),
+     "--max_global_batch"),  # below the starting 64
+    ({"batch_policy": "adaptive", "lr_scaling": "adascale", "max_global_batch": 64}, World(size=2),
+     "--max_global_batch"),  # one batch to choose
+    ({"batch_policy": "adaptive", "lr_scaling": "adascale", "batch_decide_every": 0}, World(size=2),
+     "--batch_decide_every"),
+    ({"max_global_batch": 512}, World(size=2), "--batch_policy=adaptive"),
 ])
 def test_bad_flags(overrides, world, must_name):
   message = error(world, **overrides)
@@ -95,6 +103,23 @@ def test_accumulation_multiplies_the_global_batch(overrides, world, batch, step_
 def test_adascale_takes_its_base_batch_from_the_per_rank_batch(overrides, world, base, adascale_base):
   optim = flags.build_config(values(**overrides), world).optim
   assert (optim.base_batch, optim.adascale_base) == (base, adascale_base)
+
+
+@pytest.mark.parametrize("overrides, world, k_range, global_batch", [
+    ({"batch_policy": "adaptive", "lr_scaling": "adascale"}, World(size=2), (1, 8), 64),  # 8 x the start
+    ({"batch_policy": "adaptive", "lr_scaling": "adascale", "max_global_batch": 1000}, World(size=2), (1, 15), 64),
+    ({"batch_policy": "adaptive", "lr_scaling": "adascale", "accumulation_steps": 2, "batch_size": 8}, World(),
+     (2, 16), 16),
+    ({"batch_policy": "adaptive", "lr_scaling": "adascale"}, World(), (2, 8), 32),  # one rank: K >= 2, its noise
+    # scale compares micro-batches (an elastic world of one rank too; train.py starts it at 2)
+])
+def test_the_adaptive_policy_chooses_accumulation_steps_within_the_largest_global_batch(overrides, world, k_range,
+                                                                                       global_batch):
+  d = flags.build_config(values(**overrides), world).data
+  assert d.adaptive and d.k_range(world.size) == k_range and d.global_batch == global_batch
+  four = d.with_accumulation(4, world.size)
+  assert (four.accumulation_steps, four.global_batch, four.step_batch) == (4, d.batch_size * world.size * 4,
+                                                                           d.batch_size * 4)
 
 
 def test_a_checkpoint_of_the_linear_rule_is_refused_under_adascale(tmp_path):

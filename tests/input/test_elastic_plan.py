@@ -82,3 +82,22 @@ def test_generations_after_generations_never_deal_an_example_twice(digits_dir):
   dealt = np.concatenate([p.positions for p in plans])
   assert len(np.unique(dealt)) == len(dealt) == 3 * 16 * plans[0].steps
   assert plans[0].steps == (total - trained) // 48
+
+
+def test_a_change_of_accumulation_steps_mid_epoch_trains_the_rest_once(digits_dir):
+  # --batch_policy=adaptive in a fixed world of 2 ranks: 4 steps at K=1, then K=3 (training/
+  # course.Course.resized puts the first stretch in the epoch's history): the rest of the epoch at
+  # the new step batch, every example once.
+  config = data_config(digits_dir, batch_size=16, ranks=2)
+  worlds = [World(size=2, rank=r) for r in range(2)]
+  old = [pipeline.build(config, w, seed=2) for w in worlds]
+  trained = [images(d.train_epoch(EPOCH, count=4)) for d in old]
+  new = [pipeline.build(config.with_accumulation(3, 2), w, seed=2) for w in worlds]
+  history = (Generation(size=2, step_batch=16, steps=4, readers=getattr(old[0], "readers", 0)),)
+  plans = [d.elastic_plan(EPOCH, history) for d in new]
+  total = new[0].source.train.total
+  assert plans[0].steps == (total - 2 * 4 * 16) // (2 * 48) == new[0].steps_per_epoch - 1
+  again = [images(d.train_epoch(EPOCH, plan=p)) for d, p in zip(new, plans)]
+  assert all(len(a) == plans[0].steps * 48 for a in again)
+  rest = np.setdiff1d(new[0]._remaining(EPOCH, history), np.concatenate([p.positions for p in plans]))
+  assert sorted(sum(trained, []) + sum(again, []) + at(digits_dir, rest)) == at(digits_dir, np.arange(total))

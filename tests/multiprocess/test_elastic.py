@@ -58,23 +58,28 @@ def run(hosts, model_dir, *args, lose=False):
 # Hybrid: every world change rebuilds its process sets, probe and plan (horovod's exchange is the
 # simpler case; make faults measures both, and the accuracy of a run without faults beside it).
 # AdaScale: the gain must be the same on every rank, the one that joins included (it restores the
-# noise scale's estimates from the commit), or the replicas drift apart.
+# noise scale's estimates from the commit), or the replicas drift apart. The adaptive batch policy:
+# each world starts at the K nearest the global batch trained last, so the world of one rank keeps
+# the global batch 64 by accumulating 2 micro-batches, and its choices are every rank's.
 def test_a_lost_host_costs_at_most_a_commit_and_a_returning_host_joins(tmp_path, hosts):
-  summary, log = run(hosts, str(tmp_path / "faulty"), "--allreduce=hybrid", "--lr_scaling=adascale", lose=True)
+  summary, log = run(hosts, str(tmp_path / "faulty"), "--allreduce=hybrid", "--lr_scaling=adascale",
+                     "--batch_policy=adaptive", lose=True)
   assert summary["elastic"]["worlds"] == [2, 1, 2] and summary["allreduce"] == "hybrid", log[-3000:]
+  assert re.search(r"batch: this world starts at K 2 \(global batch 64\)", log), log[-3000:]
+  k = summary["batch_policy"]["k_final"]  # 1 unless the controller found a larger batch worth its time here
   (lost,) = summary["elastic"]["steps_lost"]
   assert 0 <= lost <= COMMIT_EVERY, summary
   assert summary["replicas_identical"] and summary["status"] == "finished", summary
-  # B0 = 32 a rank: S = 2 in the worlds of two, 1 in the world of one; tau counted 4 base-batch
+  # B0 = 32 a rank: S = 2K in the worlds of two, 2 in the world of one; tau counted 4 base-batch
   # epochs (of 46 steps at B0), the data more where r < S.
   ada = summary["adascale"]
-  assert ada["base_batch"] == 32 and 1.0 <= ada["gain"] <= 2.0 and ada["tau"] >= 4 * (1497 // 64) * 2, ada
+  assert ada["base_batch"] == 32 and 1.0 <= ada["gain"] <= 2.0 * k and ada["tau"] >= 4 * (1497 // 64) * 2, ada
   assert 4.0 <= summary["epochs"] < 4.1 and ada["data_epochs"] >= ada["base_epochs"], summary
-  # The same data and schedule in epochs, one stretch at half the batch: make faults' elastic rows
+  # The same data and schedule in epochs, one stretch on one rank: make faults' elastic rows
   # reached 0.96 with and without the loss (results/faults_elastic.json); a state mangled by the
   # change (wrong weights, a data position dealt twice) trains far below that.
   assert summary["final_top1"] >= 0.9, summary
-  assert summary["noise_scale"]["b_small"] == 32 and summary["noise_scale"]["b_big"] == 64, summary
+  assert summary["noise_scale"]["b_small"] == 32 * k and summary["noise_scale"]["b_big"] == 64 * k, summary
 
 
 def test_too_few_hosts_end_the_job_and_the_commit_is_a_checkpoint_to_resume_from(tmp_path, hosts):

@@ -44,7 +44,7 @@ LINEAR = types.SimpleNamespace(adascale_base=0)  # OptimConfig under the linear 
 
 
 def batch(global_batch, step_batch=8):
-  return types.SimpleNamespace(global_batch=global_batch, step_batch=step_batch)
+  return types.SimpleNamespace(global_batch=global_batch, step_batch=step_batch, adaptive=False)
 
 
 def world(size):

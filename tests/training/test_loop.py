@@ -51,14 +51,16 @@ class Run:
   """
 
   def __init__(self, spe=4, epochs=2.0, max_steps=0, start=0, policy=Policy(), nonfinite=(), stop_at=None,
-               stop_now=0, top1=lambda step: 0.1, bad_saves=(), data=None, the_course=None, max_evals=50):
+               stop_now=0, top1=lambda step: 0.1, bad_saves=(), data=None, the_course=None, max_evals=50,
+               resize=None):
     self.events, self.nonfinite, self.stop_at, self.top1 = [], set(nonfinite), stop_at, top1
     self.bad_saves, self.code, self.max_evals = set(bad_saves), stop_now, max_evals
     self.data = data or Data(spe)
     self.course = the_course or fixed(start, spe, epochs, max_steps)
     self.hook = Recorder(self.events)
     self.loop = Loop(self.course, self.data, self.step, self.evaluate, self.save, schedule=lambda s: 0.5 + s,
-                     stop_code=lambda: self.code, policy=policy, hooks=[self.hook], clock=lambda: 12.34)
+                     stop_code=lambda: self.code, policy=policy, hooks=[self.hook], clock=lambda: 12.34,
+                     resize=resize)
 
   def step(self, images, labels, lr, stop):
     taking = self.course.step + 1
@@ -325,3 +327,18 @@ def test_an_epoch_end_on_a_checkpoint_every_step_saves_once():
   # Each save agrees on finite weights across ranks (an allreduce): the epoch end's save is the one.
   _, events = Run(spe=4, epochs=2, policy=Policy(checkpoint_every=2)).run()
   assert [e for e in events if e[0] == "save"] == [("save", 2), ("save", 4), ("save", 6), ("save", 8)]
+
+
+def test_a_batch_change_ends_the_stretch_after_its_step_with_nothing_saved():
+  # --batch_policy=adaptive: the controller chose K=3 after step 2; train.py goes on in this process.
+  asked = []
+  ending, events = Run(spe=4, epochs=2, resize=lambda step: asked.append(step) or (3 if step == 2 else None)).run()
+  assert events == steps(1, 2)
+  assert (ending.status, ending.cause, ending.resize_to, ending.step) == (outcome.OK, loop.RESIZED, 3, 2)
+  assert asked == [1, 2]
+
+
+def test_no_batch_change_at_an_epochs_last_step_its_end_comes_first():
+  asked = []
+  ending, events = Run(spe=2, epochs=1, resize=lambda step: asked.append(step) or (3 if step == 2 else None)).run()
+  assert asked == [1] and ending.cause == loop.FINISHED  # step 2 ends the epoch: not asked there

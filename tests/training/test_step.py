@@ -80,6 +80,34 @@ def test_k_micro_batches_make_the_update_of_one_batch_k_times_larger(k):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_one_step_for_any_k_is_traced_once_and_updates_as_the_step_of_that_k():
+  # --batch_policy=adaptive changes K mid-run: the step takes any number of micro-batches of the
+  # traced shape (any_k), and its update, loss and micro-batch norms are the fixed-K step's.
+  rng = np.random.default_rng(2)
+  model, optimizer = tiny()
+  spec = tf.TensorSpec([4, 4], tf.float32)
+  any_k = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"), num_classes=8,
+                                   noise=step_lib.MICRO, any_k=spec)
+  for k in (2, 3, 1, 4):
+    images = rng.standard_normal((4 * k, 4)).astype(np.float32)
+    labels = rng.integers(0, 8, 4 * k).astype(np.int32)
+    start = weights(model)
+    got = any_k(tf.constant(images), tf.constant(labels), tf.constant(0.5), tf.constant(0))
+    after = weights(model)
+    ref_model, ref_optimizer = tiny()
+    for v, w in zip(ref_model.trainable_variables, start):
+      v.assign(w)
+    fixed = step_lib.make_train_step(ref_model, ref_optimizer, lambda g: g, precision.for_precision("fp32"),
+                                     num_classes=8, accumulation_steps=k, noise=step_lib.MICRO if k > 1 else None)
+    want = fixed(tf.constant(images), tf.constant(labels), tf.constant(0.5))
+    assert float(got.loss) == pytest.approx(float(want.loss), rel=1e-6) and float(got.correct) == float(want.correct)
+    if k > 1:
+      assert float(got.sq_small) == pytest.approx(float(want.sq_small), rel=1e-5)
+    for a, b in zip(after, weights(ref_model)):
+      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  assert any_k.experimental_get_tracing_count() == 1
+
+
 def test_batchnorm_normalises_each_micro_batch():
   # Goyal et al.'s per-worker n: with K=2 the BatchNorm batch is half the step's images, so
   # two micro-batches of different means give another update than one batch of both.

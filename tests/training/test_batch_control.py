@@ -1,0 +1,165 @@
+"""training/batch_control.py: the adaptive policy's controller, on a fake clock and a fake noise
+scale, through the loop's hooks: what it times, when it decides, what it chooses and says."""
+import types
+
+import pytest
+
+from training import batch_control, goodput
+from training.batch_control import Controller
+
+
+class Clock:
+  """A clock each update of K micro-batches moves by exchange + K x micro seconds."""
+
+  def __init__(self):
+    self.now = 0.0
+
+  def __call__(self):
+    return self.now
+
+
+def noise(b_simple, spread=0.1):
+  return types.SimpleNamespace(b_simple=b_simple,
+                               b_simple_range=lambda: (b_simple * (1 - spread), b_simple * (1 + spread)))
+
+
+def controller(b_simple=1e6, every=10, agree=lambda k: k, lines=None, ranks=2, k_range=(1, 8), exchange=0.5):
+  clock = Clock()
+  c = Controller(micro_batch=32, base_batch=32, every=every, noise=noise(b_simple), agree=agree,
+                 log=lambda fmt, *args: (lines if lines is not None else []).append(fmt % args), clock=clock)
+  c.new_world(ranks, k_range, exchange)
+  return c, clock
+
+
+def train(c, clock, updates, first=1, exchange=0.5, micro=0.1):
+  """Updates first..first+updates-1 at the controller's K, as the loop tells them; the first
+  K change the controller asks for (or None)."""
+  for step in range(first, first + updates):
+    c.before("step", step - 1)
+    clock.now += exchange + c.k * micro
+    c.after_step(step, step, None, 0.1)
+    k = c.resize(step)
+    if k:
+      return step, k
+  return None
+
+
+def test_the_first_updates_of_a_stretch_are_not_timed_and_evaluations_are_not_steps():
+  c, clock = controller()
+  c.stretch(1)
+  train(c, clock, batch_control.WARMUP + 3)
+  assert c.times == {1: [pytest.approx(0.6)] * 3}
+  c.before("eval", 5)  # an evaluation between two steps is not an update's time
+  clock.now += 100
+  c.after_step(6, 6, None, 0.1)
+  assert len(c.times[1]) == 3
+
+
+def test_it_decides_every_n_updates_once_the_current_k_is_timed():
+  asked = []
+  c, clock = controller(every=10, agree=lambda k: asked.append(k) or k)
+  c.stretch(1)
+  # Exchange-bound (0.5 s against 0.1 s a micro-batch) with B_simple far above any batch: r = S,
+  # so the largest K makes the most progress a second.
+  assert train(c, clock, 12) == (10, 8)
+  assert asked == [8]  # one broadcast, at update 10
+
+
+@pytest.mark.parametrize("b_simple, exchange, want", [
+    (1e6, 0.5, 8),    # perfect scaling, the exchange dominates: the largest batch
+    (5.0, 0.5, None),  # B_simple far below the batch: a larger one only wastes examples
+    (1e6, 0.0, None),  # nothing to amortise: K x the time for at most K x the progress
+])
+def test_it_grows_the_batch_only_where_the_noise_scale_and_the_exchange_pay_for_it(b_simple, exchange, want):
+  c, clock = controller(b_simple=b_simple, exchange=exchange)
+  c.stretch(1)
+  got = train(c, clock, 30, exchange=exchange)
+  assert (got[1] if got else None) == want
+
+
+def test_a_gain_within_the_estimates_spread_does_not_move_it():
+  # B_simple 60 at a global batch of 64: K=2 gains about 13% at 60, but the spread reaches 6, where
+  # it would lose: under the 5% that moves it at the estimate's worst.
+  c, clock = controller(b_simple=60.0, exchange=0.5)
+  c.noise = noise(60.0, spread=0.9)
+  c.stretch(1)
+  assert train(c, clock, 30) is None
+
+
+def test_rank_0s_choice_is_every_ranks_and_each_change_is_one_line_and_a_summary_row():
+  lines = []
+  c, clock = controller(agree=lambda k: 4, lines=lines)  # rank 0 chose 4
+  c.stretch(1)
+  assert train(c, clock, 12) == (10, 4)
+  assert len(lines) == 1 and lines[0].startswith("batch: K 1 -> 4 (global batch 64 -> 256) at update 10: ")
+  assert "update time model 0.500 + 0.100 K s" in lines[0]
+  c.stretch(4)
+  summary = c.summary()
+  assert summary["k_final"] == 4 and summary["k_range"] == [1, 8]
+  assert summary["changes"] == [{"step": 10, "k_from": 1, "k_to": 4, "global_from": 64, "global_to": 256,
+                                 "gain": pytest.approx(summary["changes"][0]["gain"]), "b_simple": 1e6}]
+  assert summary["changes"][0]["gain"] > 1.05
+
+
+def test_after_two_ks_the_model_is_fitted_to_both():
+  c, clock = controller(b_simple=1e6, exchange=0.0)  # the prior says: no exchange
+  c.stretch(1)
+  train(c, clock, 8, exchange=0.3)
+  c.stretch(2)
+  train(c, clock, 8, first=9, exchange=0.3)
+  model = c.model()
+  assert model.exchange == pytest.approx(0.3) and model.micro == pytest.approx(0.1)
+
+
+def test_a_new_world_keeps_the_micro_batch_time_and_starts_near_the_last_global_batch():
+  c, clock = controller(b_simple=1e6, exchange=0.5, k_range=(1, 8))
+  c.stretch(1)
+  train(c, clock, 8)
+  c.stretch(c.k)
+  # One rank now: K from 2; the global batch 64 of 2 x 32 is kept by K = 2.
+  c.new_world(1, (2, 16), exchange_seconds=0.0)
+  assert c.micro_seconds == pytest.approx(0.1)
+  assert c.start_k(k_flag=1, global_batch=64) == 2
+  assert c.start_k(k_flag=1, global_batch=0) == 2  # the flag's, within the range
+  assert c.start_k(k_flag=1, global_batch=32 * 40) == 16
+  c.stretch(2)
+  # No exchange on one rank: with the kept micro-batch time the first choice stays at 2.
+  assert c.first_choice(step=8) == 2
+  c.new_world(2, (1, 8), exchange_seconds=2.0)  # a slow link now: the first choice grows at once
+  c.stretch(1)
+  assert c.first_choice(step=8) == 8
+
+
+def test_the_controllers_rule_is_goodputs():
+  # What it chooses is goodput.choose on its fitted model: one rule for the planner and the run.
+  c, clock = controller(b_simple=300.0, exchange=0.2)
+  c.stretch(1)
+  got = train(c, clock, 20, exchange=0.2)
+  want = goodput.choose(1, 8, goodput.StepTime(0.2, 0.1), 300.0, (270.0, 330.0), 32, 32, 2)
+  assert (got[1] if got else 1) == want.k
+
+
+def test_every_rank_makes_the_decisions_collective_at_the_same_updates():
+  # A decision is a broadcast: a rank that skipped one would hang the others (found in the elastic
+  # launch: a joining rank, with no last world's time, skipped the world's first choice).
+  calls = {"survivor": [], "joiner": []}
+  rank0 = {"k": 1}  # what rank 0 chose: the survivor is rank 0
+  survivor, clock = controller(agree=lambda k: calls["survivor"].append(k) or rank0.update(k=k) or k)
+  survivor.stretch(1)
+  train(survivor, clock, 8)
+  survivor.new_world(2, (1, 8), 0.5)
+  joiner, joiner_clock = controller(agree=lambda k: calls["joiner"].append(k) or rank0["k"])
+  for c in (survivor, joiner):
+    c.stretch(1)
+    c.stretch(c.first_choice(step=8))
+  assert len(calls["survivor"]) == len(calls["joiner"]) == 1
+  assert joiner.micro_seconds is None and survivor.micro_seconds is not None
+  assert joiner.k == survivor.k == 8  # the joiner takes rank 0's
+  # Then each asks after the same updates, however long its own took (rank 0's K stays here).
+  rank0["k"] = 8
+  survivor.agree = lambda k: calls["survivor"].append(k) or 8
+  for c, clk, slow in ((survivor, clock, 0.0), (joiner, joiner_clock, 5.0)):
+    c.stretch(8)
+    assert train(c, clk, 30, first=9, exchange=0.5 + slow) is None
+  # The first choice, then updates 20 and 30 (at 10 the stretch has had 2, its untimed warm-up).
+  assert len(calls["survivor"]) == len(calls["joiner"]) == 3
