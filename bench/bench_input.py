@@ -134,7 +134,8 @@ def pipeline_rate(data_dir: str, batch_size: int, ranks: int, rank: int,
   world = World(size=ranks, rank=rank, local_size=ranks, local_rank=rank)
   f = argparse.Namespace(dataset="imagenet", data_dir=data_dir, batch_size=batch_size, global_batch_size=0,
                          eval_batch_size=0, shuffle_buffer=10_000, image_size=IMAGE_SIZE, skip_corrupt=False,
-                         accumulation_steps=1)
+                         accumulation_steps=1,
+                         batch_policy="fixed", max_global_batch=0, batch_decide_every=50)
   data = pipeline.build(data_flags.build(f, world), world, seed=0)
   images, steady, cpu, starts, epoch = 0, 0.0, 0.0, [], 0
   while steady < seconds:
