@@ -15,7 +15,10 @@ the model the planner bench/plan predicts with):
 
 It moves K only for a predicted gain over 5% at the estimate and at both ends of its spread
 (goodput.choose; Pollux's threshold), so noise in B_simple does not move the batch back and
-forth. Rank 0 decides and every rank takes its K (one broadcast per decision): the ranks' update
+forth. Once a world, while a single K is timed and the model says stay, it tries a second K (twice
+the first) until the next decision: with one K the exchange term is the exchange timed alone, which
+leaves out the rest of an update's fixed cost (the update itself, the agreement, the dispatch), and
+the model would under-rate every larger batch; two K's fit both terms. Rank 0 decides and every rank takes its K (one broadcast per decision): the ranks' update
 times differ a little, their K must not.
 
 A change ends the loop's stretch (training/loop.RESIZED); train.py rebuilds the input at the new
@@ -45,6 +48,7 @@ class Change:
   global_to: int
   gain: float
   b_simple: float
+  probe: bool = False  # tried to fit the update time model (below), not for a predicted gain
 
   def to_json(self) -> dict:
     return {**dataclasses.asdict(self), "gain": round(self.gain, 4), "b_simple": round(self.b_simple, 1)}
@@ -66,6 +70,7 @@ class Controller(Hook):
     self.micro_seconds = None  # the last world's fitted micro-batch time
     self.times: dict[int, list[float]] = {}
     self.changes: list[Change] = []
+    self._probed = False  # this world has tried a second K (_decide)
     self._started = None
     self._updates = 0  # of this stretch: the same count on every rank, so every rank decides at the same update
 
@@ -76,7 +81,7 @@ class Controller(Hook):
     if self.times:
       self.micro_seconds = self.model().micro  # rank 0's is what counts: its choices are taken
     self.ranks, (self.k_min, self.k_max) = ranks, k_range
-    self.exchange, self.times = exchange_seconds, {}
+    self.exchange, self.times, self._probed = exchange_seconds, {}, False
 
   def start_k(self, k_flag: int, global_batch: int) -> int:
     """The K a world (or a resumed run) starts at: the one nearest the global batch the run last
@@ -135,14 +140,28 @@ class Controller(Hook):
     decision = (goodput.choose(self.k, self.k_max, model, b_simple, self.noise.b_simple_range(), self.base_batch,
                                self.micro_batch, self.ranks, k_min=self.k_min) if model else
                 goodput.Decision(self.k, 1.0, "no update time measured yet"))
+    probe = decision.k == self.k and b_simple is not None and self._probe()
+    if probe:
+      decision = goodput.Decision(probe, 1.0, f"trying K={probe} for the update time model: with one K timed, its "
+                                  "exchange is the one timed alone, which leaves out the update's other fixed costs")
     k = int(self.agree(decision.k))  # rank 0's, on every rank
     if k == self.k:
       return k
     batch = self.micro_batch * self.ranks
-    self.changes.append(Change(step, self.k, k, self.k * batch, k * batch, decision.gain, b_simple or 0.0))
+    self.changes.append(Change(step, self.k, k, self.k * batch, k * batch, decision.gain, b_simple or 0.0,
+                               probe=bool(probe)))
     self.log("batch: K %d -> %d (global batch %d -> %d) at update %d: %s%s", self.k, k, self.k * batch, k * batch,
              step, decision.reason, f"; update time model {model.exchange:.3f} + {model.micro:.3f} K s" if model else "")
     return k
+
+  def _probe(self) -> int:
+    """Once a world, while one K alone is timed: the K to try beside it (twice it, or half where
+    twice is past the range), so the next decision fits both terms of t(K); 0: none."""
+    if self._probed or len(self.times) != 1:
+      return 0
+    self._probed = True
+    k = self.k * 2 if self.k * 2 <= self.k_max else self.k // 2
+    return k if self.k_min <= k <= self.k_max and k != self.k else 0
 
   def summary(self) -> dict:
     """summary.json's batch_policy: the changes and the K the run ended at."""

@@ -65,25 +65,55 @@ def test_it_decides_every_n_updates_once_the_current_k_is_timed():
   assert asked == [8]  # one broadcast, at update 10
 
 
+def train_all(c, clock, updates, exchange=0.5, micro=0.1):
+  """Updates 1..updates, each K change taken at once as train.py takes it: [(update, new K, probe)]."""
+  changes, step = [], 1
+  while step <= updates:
+    got = train(c, clock, updates - step + 1, first=step, exchange=exchange, micro=micro)
+    if not got:
+      break
+    changes.append((got[0], got[1], c.changes[-1].probe))
+    c.stretch(got[1])
+    step = got[0] + 1
+  return changes
+
+
 @pytest.mark.parametrize("b_simple, exchange, want", [
-    (1e6, 0.5, 8),    # perfect scaling, the exchange dominates: the largest batch
-    (5.0, 0.5, None),  # B_simple far below the batch: a larger one only wastes examples
-    (1e6, 0.0, None),  # nothing to amortise: K x the time for at most K x the progress
+    # Perfect scaling, the exchange dominates: the largest batch at the first decision.
+    (1e6, 0.5, [(10, 8, False)]),
+    # B_simple far below the batch: the model says stay; it tries K=2 once (one K timed), and the
+    # two-K fit sends it back.
+    (5.0, 0.5, [(10, 2, True), (20, 1, False)]),
+    # Nothing to amortise: K x the time for at most K x the progress; after the try, every K is
+    # within the 5% that moves it, so it stays where it is.
+    (1e6, 0.0, [(10, 2, True)]),
 ])
 def test_it_grows_the_batch_only_where_the_noise_scale_and_the_exchange_pay_for_it(b_simple, exchange, want):
   c, clock = controller(b_simple=b_simple, exchange=exchange)
   c.stretch(1)
-  got = train(c, clock, 30, exchange=exchange)
-  assert (got[1] if got else None) == want
+  assert train_all(c, clock, 60, exchange=exchange) == want
+
+
+def test_a_probe_fits_the_fixed_cost_the_exchange_timed_alone_misses():
+  # The exchange alone takes 0.05 s, the update's other fixed costs 0.45 s more: with one K the
+  # model under-rates larger batches and stays (B_simple 200); the try at K=2 shows the fixed cost,
+  # and it grows to the best K of the true t(K) = 0.5 + 0.1 K.
+  c, clock = controller(b_simple=200.0, exchange=0.05)
+  c.stretch(1)
+  assert train_all(c, clock, 60, exchange=0.5) == [(10, 2, True), (20, 4, False)]
+  truth = goodput.StepTime(0.5, 0.1)
+  assert max(range(1, 9), key=lambda k: goodput.goodput(k, truth, 200.0, 32, 32, 2)) == 4
+  assert c.model().exchange == pytest.approx(0.5) and c.model().micro == pytest.approx(0.1)
 
 
 def test_a_gain_within_the_estimates_spread_does_not_move_it():
   # B_simple 60 at a global batch of 64: K=2 gains about 13% at 60, but the spread reaches 6, where
-  # it would lose: under the 5% that moves it at the estimate's worst.
+  # it would lose: under the 5% that moves it at the estimate's worst (both K's timed: no try).
   c, clock = controller(b_simple=60.0, exchange=0.5)
   c.noise = noise(60.0, spread=0.9)
+  c.times = {1: [0.6] * 5, 2: [0.7] * 5}
   c.stretch(1)
-  assert train(c, clock, 30) is None
+  assert train_all(c, clock, 30) == []
 
 
 def test_rank_0s_choice_is_every_ranks_and_each_change_is_one_line_and_a_summary_row():
@@ -97,7 +127,8 @@ def test_rank_0s_choice_is_every_ranks_and_each_change_is_one_line_and_a_summary
   summary = c.summary()
   assert summary["k_final"] == 4 and summary["k_range"] == [1, 8]
   assert summary["changes"] == [{"step": 10, "k_from": 1, "k_to": 4, "global_from": 64, "global_to": 256,
-                                 "gain": pytest.approx(summary["changes"][0]["gain"]), "b_simple": 1e6}]
+                                 "gain": pytest.approx(summary["changes"][0]["gain"]), "b_simple": 1e6,
+                                 "probe": False}]
   assert summary["changes"][0]["gain"] > 1.05
 
 

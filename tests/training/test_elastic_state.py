@@ -207,3 +207,27 @@ def test_other_errors_in_the_sync_are_not_taken_for_a_lost_peer():
       raise ValueError("a bug")
   with pytest.raises(ValueError, match="a bug"):
     elastic.TrainingState(Broken(), [], Position()).sync()
+
+
+def test_under_the_adaptive_policy_a_resumed_run_keeps_tau_and_goes_on_near_its_batch(tmp_path):
+  # 20 updates at K = 4 on 2 ranks (global batch 256) with gains of 3: the checkpoint's position has
+  # tau 60 and the global batch; resumed with --accumulation_steps=1, the run says where it goes on
+  # and its controller starts at the K of that batch (training/batch_control.Controller.start_k).
+  from training.batch_control import Controller
+  p = Position()
+  for _ in range(20):
+    p = p.after_step(2, 128, 256, readers=1, tau=3.0)
+  elastic.write_position(str(tmp_path), 20, p)
+  data_config = types.SimpleNamespace(global_batch=64, step_batch=32, adaptive=True)
+  config = types.SimpleNamespace(run=types.SimpleNamespace(model_dir=str(tmp_path), epochs=4.0, max_steps=0),
+                                 data=data_config, optim=types.SimpleNamespace(adascale_base=32))
+  mode = modes.Fixed(None, world(2))
+  lines = []
+  mode.log = lambda fmt, *args: lines.append(fmt % args)
+  mode.restored("D/ckpt-20", 20, config, types.SimpleNamespace(steps_per_epoch=23, readers=1))
+  assert mode.position.tau == 60.0 and mode.position.global_batch == 256
+  assert "tau 60.0 base-batch steps" in lines[0] and "goes on near its global batch 256" in lines[0], lines
+  assert "the global batch was" not in lines[0]  # it is not changing to the flags' 64
+  c = Controller(micro_batch=32, base_batch=32, every=50, noise=None, agree=lambda k: k, log=print)
+  c.new_world(2, (1, 8), exchange_seconds=0.01)
+  assert c.start_k(1, mode.position.global_batch) == 4
