@@ -107,6 +107,10 @@ time-to-accuracy: ops  ## time to a held-out top-1 on Fashion-MNIST, 2 ranks: ba
 plan:  ## ranks and global batch to a target soonest, from the noise scale and the exchange's cost (default ResNet-50 on Jia et al.'s P40 cluster; ARGS="--summary=runs/x/summary.json --b_simple=N"); writes results/plan_*.{md,json,png}
 	$(PY) -m bench.plan $(or $(ARGS),--workload=resnet50-imagenet)
 
+.PHONY: adaptive
+adaptive: ops  ## AdaScale and --batch_policy=adaptive against fixed batches on Fashion-MNIST, 2 ranks, 2 seeds: one budget of base-batch epochs at S = 1, 8, 32 (linear rule vs AdaScale), time to 0.85 (adaptive vs batch 64 at its searched LR); writes results/adaptive.{md,json,png} (ARGS="--only=target", "--quick --out_dir=/tmp/ad": a smoke run)
+	$(PY) -m bench.adaptive $(ARGS)
+
 .PHONY: noise-scale
 noise-scale: ops  ## the gradient noise scale against real training: steps to a held-out target on Fashion-MNIST at global batches 64..4,096 (2 ranks, accumulation), the S_min/E_min fit, B_crit / B_simple; ~3 hours; writes results/noise_scale.{md,json,png} (ARGS="--cost": its cost per step; ARGS="--quick --out_dir=/tmp/ns": a smoke run)
 	$(PY) -m bench.noise_scale $(ARGS)
