@@ -35,6 +35,12 @@ from training.loop import Hook, due
 
 WARMUP = 2   # updates of each stretch not timed: a new K's first steps fill the input pipeline
 KEEP = 20    # update times kept per K (the newest): the model follows a machine whose speed drifts
+# A K whose newest time is older than this many decisions is left out of the model: times taken
+# minutes apart on a machine whose speed drifts read as a fixed cost that is not there (make
+# adaptive, seed 1: K=2 timed at updates 50-100, K=1 at 800-850 on a host running slower by then,
+# fitted an exchange term 9x the one timed alone and moved to K=5, taking 2.7x the fixed batch's
+# time to the target). Left with one K, the model falls back on the exchange timed alone.
+STALE = 4
 MEASURED = 3  # timed updates at the current K before a decision
 
 
@@ -69,6 +75,8 @@ class Controller(Hook):
     self.exchange = 0.0        # this world's exchange, measured alone
     self.micro_seconds = None  # the last world's fitted micro-batch time
     self.times: dict[int, list[float]] = {}
+    self._timed_at: dict[int, int] = {}  # K -> the update of its newest time
+    self._now = 0  # the newest update seen
     self.changes: list[Change] = []
     self._probed = False  # this world has tried a second K (_decide)
     self._started = None
@@ -81,7 +89,7 @@ class Controller(Hook):
     if self.times:
       self.micro_seconds = self.model().micro  # rank 0's is what counts: its choices are taken
     self.ranks, (self.k_min, self.k_max) = ranks, k_range
-    self.exchange, self.times, self._probed = exchange_seconds, {}, False
+    self.exchange, self.times, self._timed_at, self._probed = exchange_seconds, {}, {}, False
 
   def start_k(self, k_flag: int, global_batch: int) -> int:
     """The K a world (or a resumed run) starts at: the one nearest the global batch the run last
@@ -98,7 +106,7 @@ class Controller(Hook):
     self._started = self.clock() if phase == "step" else None
 
   def after_step(self, step, nominal, out, lr):
-    self._updates += 1
+    self._updates, self._now = self._updates + 1, step
     if self._started is None:
       return
     seconds, self._started = self.clock() - self._started, None
@@ -106,18 +114,21 @@ class Controller(Hook):
       return
     self.times.setdefault(self.k, []).append(seconds)
     del self.times[self.k][:-KEEP]
+    self._timed_at[self.k] = step
 
   # ----------------------------------------------------------- decisions --
   def model(self) -> goodput.StepTime | None:
     """t(K) from this world's update times (one K: the exchange measured alone, and the last
     world's micro-batch time when there was one); None before any."""
-    if not self.times:
+    times = {k: ts for k, ts in self.times.items()
+             if self._now - self._timed_at.get(k, self._now) <= STALE * self.every}  # fresh ones only
+    if not times:
       return None
-    if len(self.times) == 1 and self.micro_seconds is not None:
-      (k, ts), = self.times.items()
+    if len(times) == 1 and self.micro_seconds is not None:
+      (k, ts), = times.items()
       t = statistics.median(ts)
       return goodput.StepTime(max(min(self.exchange, t - k * self.micro_seconds), 0.0), self.micro_seconds)
-    return goodput.fit_step_time(self.times, self.exchange)
+    return goodput.fit_step_time(times, self.exchange)
 
   def first_choice(self, step: int) -> int:
     """A world's first K, before it has timed an update: from the exchange measured alone and the

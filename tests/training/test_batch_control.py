@@ -194,3 +194,16 @@ def test_every_rank_makes_the_decisions_collective_at_the_same_updates():
     assert train(c, clk, 30, first=9, exchange=0.5 + slow) is None
   # The first choice, then updates 20 and 30 (at 10 the stretch has had 2, its untimed warm-up).
   assert len(calls["survivor"]) == len(calls["joiner"]) == 3
+
+
+def test_times_of_a_k_left_long_ago_are_not_compared_with_todays():
+  # K=2 was timed at updates 13-20 on a fast machine (0.3 s); K=1 now takes 0.9 s on a slower one.
+  # Compared, the two read as a large fixed cost and call for the largest batch; once K=2's times
+  # are STALE decisions old, K=1 is modelled alone with the exchange timed alone: it stays at 1.
+  def slowed(first):
+    c, clock = controller(b_simple=200.0, exchange=0.05)
+    c.times, c._timed_at, c._probed, c._now = {2: [0.3] * 8}, {2: 20}, True, 20
+    c.stretch(1)
+    return train(c, clock, 40, first=first, exchange=0.6, micro=0.3)
+  assert slowed(first=21) == (30, 8)  # fresh: the drift misread
+  assert slowed(first=21 + batch_control.STALE * 10) is None
