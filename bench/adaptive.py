@@ -34,6 +34,7 @@ BUDGET_EPOCHS = 1.0       # base-batch epochs: B0 reaches ~0.86 in it (0.85 at 0
 SCALES = (8, 32)
 TARGET = study.TARGET
 PARTS = ("budget", "target")
+FIRST_CONTROLLER = "adaptive, first controller (stale times compared)"
 QUICK = dict(budget_epochs=0.1, target=0.5, scales=(8,))
 
 
@@ -110,6 +111,11 @@ def part_target(args, runs_dir) -> dict:
     for kind in ("fixed", "adaptive"):
       rows.setdefault(kind, []).append(run(f"target-{kind}-s{seed}", target_flags(kind, args.target, seed),
                                            runs_dir, args.reuse, 3600))
+  # The first controller's runs (before 44eb93c left stale times out of its model), kept under
+  # target-adaptive-v1-s<seed>: what they did is part of the finding.
+  first = [r for r in (reused(os.path.join(runs_dir, f"target-adaptive-v1-s{seed}"), {}) for seed in args.seeds) if r]
+  if first:
+    rows[FIRST_CONTROLLER] = first
   return rows
 
 
