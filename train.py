@@ -126,8 +126,7 @@ def train(stop_request: signals.StopRequest):
       controller.stretch(start)
       controller.stretch(controller.first_choice(course.step))  # a line of its own if it moves K
       if controller.k != config.data.accumulation_steps:
-        config, data = resized(config, world, controller.k)
-        course.resized(config.data, getattr(data, "readers", 0))
+        config, data = resized(config, world, course, controller.k)
     kind = hooks.Measuring.for_world(noise, world.size, config.data, log, keep=course.keep_noise)[0]
     train_step = step_lib.make_train_step(
         model, optimizer, exchange, loss_scale, data.info.num_classes, config.optim.label_smoothing,
@@ -141,8 +140,7 @@ def train(stop_request: signals.StopRequest):
       if ending.cause != loop_lib.RESIZED:
         break
       controller.stretch(ending.resize_to)
-      config, data = resized(config, world, ending.resize_to)
-      course.resized(config.data, getattr(data, "readers", 0))
+      config, data = resized(config, world, course, ending.resize_to)
     return modes.WorldRun(world, config, ending, exchange.plan, round(timed[0] / timed[1], 1) if timed[1] else None)
 
   def run_stretch(world, config, data, course, train_step):
@@ -176,10 +174,13 @@ def train(stop_request: signals.StopRequest):
                        *([controller] if adaptive else []), hooks.Reporting(progress, by_updates=gain is not None)])
     return loop.run(), progress
 
-  def resized(config, world, k):
-    """The config and input at K accumulation steps (the controller's choice)."""
+  def resized(config, world, course, k):
+    """The config and input at K accumulation steps (the controller's choice); the course goes on
+    at the new step batch (the epoch's rest dealt to it)."""
     new = dataclasses.replace(config, data=config.data.with_accumulation(k, world.size))
-    return new, input_for(new, world, mode, scanned)
+    data = input_for(new, world, mode, scanned)
+    course.resized(new.data, getattr(data, "readers", 0))
+    return new, data
 
   def rebuild(world):  # --elastic: a new world's config (the global batch follows the policy) and input
     new = flags.build_config(FLAGS, world)

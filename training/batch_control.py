@@ -18,8 +18,9 @@ It moves K only for a predicted gain over 5% at the estimate and at both ends of
 forth. Once a world, while a single K is timed and the model says stay, it tries a second K (twice
 the first) until the next decision: with one K the exchange term is the exchange timed alone, which
 leaves out the rest of an update's fixed cost (the update itself, the agreement, the dispatch), and
-the model would under-rate every larger batch; two K's fit both terms. Rank 0 decides and every rank takes its K (one broadcast per decision): the ranks' update
-times differ a little, their K must not.
+the model would under-rate every larger batch; two K's fit both terms. Rank 0 decides and every
+rank takes its K (one broadcast per decision): the ranks' update times differ a little, their K
+must not.
 
 A change ends the loop's stretch (training/loop.RESIZED); train.py rebuilds the input at the new
 step batch and runs on with the same traced step (training/step.make_train_step's any_k). The
