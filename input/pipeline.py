@@ -59,10 +59,12 @@ class Input(abc.ABC):
 @dataclasses.dataclass(frozen=True)
 class ElasticPlan:
   """This rank's part of generation `generation` of an epoch: `steps` steps of the line
-  positions `positions` (sorted; input/sharding.partition)."""
+  positions `positions` (sorted; input/sharding.partition), after the first `skip` of them in
+  its reading order (read by earlier generations of the same dealing: sharding.dealings)."""
   generation: int
   steps: int
   positions: np.ndarray
+  skip: int = 0
 
 
 # --elastic: every rank interleaves this many record files at a time, whatever its cores (the
@@ -217,7 +219,7 @@ class _Files(Input):
     else:
       (runs, keep), generation, steps = self._runs_of(epoch, plan.positions), plan.generation, plan.steps
     base_seed = _mix(seed, epoch, rank, 2, *([generation] if generation else []))
-    first = first_step * config.step_batch
+    first = first_step * config.step_batch + (plan.skip if plan else 0)
     examples = lambda named: self._train_examples(epoch, runs, named, keep, generation)
     ds = self._finish(examples(config.skip_corrupt).skip(first), self.train_prepare, base_seed, config.step_batch,
                       drop=True)
@@ -227,18 +229,29 @@ class _Files(Input):
                            first, config.step_batch)
 
   def elastic_plan(self, epoch, history):
-    left = self._remaining(epoch, history)
-    steps, shares = sharding.partition(left, self.world.size, self.config.step_batch)
+    """A new world's generation: the epoch's rest dealt again; after a change of the step batch
+    in the same world, this rank's share read on from where it stopped, at the new step batch
+    (nothing replayed: the change costs what a new dataset costs)."""
+    size, step_batch = self.world.size, self.config.step_batch
+    dealt = sharding.dealings(history, self.readers)
+    if dealt and sharding.reads_on(history[-1], size, self.readers, self.readers):
+      first, gens = dealt[-1]
+      _, shares = sharding.partition(self._remaining(epoch, history[:first]), size, gens[0].step_batch)
+      read = sum(g.steps * g.step_batch for g in gens)
+      share = shares[self.world.rank]
+      return ElasticPlan(first, (len(share) - read) // step_batch, share, skip=read)
+    steps, shares = sharding.partition(self._remaining(epoch, history), size, step_batch)
     return ElasticPlan(len(history), steps, shares[self.world.rank])
 
   def _remaining(self, epoch, history) -> np.ndarray:
-    """The line positions the epoch has not trained on after the generations of history:
-    each generation's ranks are dealt their shares as elastic_plan dealt them, and each
-    rank's first steps x step_batch examples, in its reading order (replayed), are gone."""
+    """The line positions the epoch has not trained on after the generations of history: each
+    dealing's ranks are dealt their shares as elastic_plan dealt them, and each rank's first
+    examples (the dealing's steps x step_batch), in its reading order (replayed), are gone."""
     left = np.arange(self.source.train.total)
-    for generation, g in enumerate(history):
+    for first, gens in sharding.dealings(history, self.readers):
+      g, count = gens[0], sum(x.steps * x.step_batch for x in gens)
       _, shares = sharding.partition(left, g.size, g.step_batch)
-      read = [self._read_order(epoch, rank, generation, share, g.readers or self.readers)[:g.steps * g.step_batch]
+      read = [self._read_order(epoch, rank, first, share, g.readers or self.readers)[:count]
               for rank, share in enumerate(shares)]
       left = np.setdiff1d(left, np.concatenate(read)) if read else left
     return left

@@ -13,7 +13,9 @@ Pure numpy: the plan is a table test away from being checked.
 Elastic training (--elastic) splits an epoch into generations, one per world:
 when ranks leave or join mid-epoch, the examples the epoch has not yet trained
 on are dealt again to the new ranks (partition), so no example is seen twice in
-the epoch and none is skipped but fewer than one global batch.
+the epoch and none is skipped but fewer than one global batch. A change of the step batch
+within one world (--batch_policy=adaptive) is a generation too, but not dealt again: its ranks
+read on in their shares (`continued`, dealings), so the change costs no replay of the order.
 """
 import dataclasses
 
@@ -29,6 +31,29 @@ class Generation:
   step_batch: int
   steps: int
   readers: int = 0
+  # The next generation read on from where this one's ranks stopped, in their shares and order
+  # (the step batch changed, the world did not: training/course.Course.resized), if its world
+  # is the same size and reads as wide; otherwise the epoch's rest was dealt again.
+  continued: bool = False
+
+
+def dealings(history: tuple[Generation, ...], readers: int) -> list[tuple[int, tuple[Generation, ...]]]:
+  """history cut into dealings: (the index of its first generation, its generations), each dealt
+  once (partition, at its first generation's step batch) and read through by the rest of its
+  generations; readers: the width of a generation that says 0 (as the input reads now)."""
+  out = []
+  for i, g in enumerate(history):
+    last = history[i - 1] if i else None
+    if last is not None and reads_on(last, g.size, g.readers or readers, readers):
+      out[-1] = (out[-1][0], out[-1][1] + (g,))
+    else:
+      out.append((i, (g,)))
+  return out
+
+
+def reads_on(last: Generation, size: int, width: int, readers: int) -> bool:
+  """Whether a generation of `size` ranks reading `width` files at a time reads on from `last`."""
+  return last.continued and last.size == size and (last.readers or readers) == width
 
 
 def partition(remaining: np.ndarray, size: int, step_batch: int) -> tuple[int, list[np.ndarray]]:

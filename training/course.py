@@ -108,10 +108,10 @@ class Course:
 
   def resized(self, data_config, readers: int = 0) -> None:
     """The batch controller changed the accumulation steps (--batch_policy=adaptive): the stretch
-    trained at the old step batch joins the epoch's history, as at a world change, so the epoch's
-    rest is dealt at the new one; the epoch, the images and tau go on."""
+    trained at the old step batch joins the epoch's history, and each rank reads on in its share
+    at the new one (input/sharding.dealings); the epoch, the images and tau go on."""
     self.data_config, self.readers = data_config, readers
-    self.holder.position = self.holder.position.world_changed()
+    self.holder.position = self.holder.position.world_changed(continued=True)
 
   def keep_noise(self, state: dict) -> None:
     """The noise scale's averages after a step (NoiseScale.state), checkpointed and committed with

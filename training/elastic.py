@@ -45,9 +45,11 @@ class Position:
   tau: float = 0.0
   noise: dict | None = None
 
-  def world_changed(self) -> "Position":
-    """The position a new world starts from: the current generation joins the epoch's history."""
-    done = (self.current,) if self.current and self.current.steps else ()
+  def world_changed(self, continued: bool = False) -> "Position":
+    """The position a new world starts from: the current generation joins the epoch's history.
+    continued: the world stays and the step batch changes, so the next generation reads on in
+    the same shares (input/sharding.dealings) instead of the epoch's rest being dealt again."""
+    done = (dataclasses.replace(self.current, continued=continued),) if self.current and self.current.steps else ()
     return dataclasses.replace(self, history=self.history + done, current=None)
 
   def after_step(self, size: int, step_batch: int, global_batch: int, readers: int = 0,

@@ -101,3 +101,48 @@ def test_a_change_of_accumulation_steps_mid_epoch_trains_the_rest_once(digits_di
   assert all(len(a) == plans[0].steps * 48 for a in again)
   rest = np.setdiff1d(new[0]._remaining(EPOCH, history), np.concatenate([p.positions for p in plans]))
   assert sorted(sum(trained, []) + sum(again, []) + at(digits_dir, rest)) == at(digits_dir, np.arange(total))
+
+
+def in_order(batches) -> list[bytes]:
+  return [im.tobytes() for ims, _ in batches for im in ims.numpy()]
+
+
+def test_a_change_of_accumulation_steps_reads_on_in_the_same_shares(digits_dir):
+  # What Course.resized records (continued): the same world, K 1 -> 3 after 4 steps. Each rank
+  # reads on where it stopped, in its own share and order, nothing dealt again or replayed: its
+  # examples are the ones it would have read at K=1, and then a world change deals the rest once.
+  config = data_config(digits_dir, batch_size=16, ranks=2)
+  worlds = [World(size=2, rank=r) for r in range(2)]
+  old = [pipeline.build(config, w, seed=2) for w in worlds]
+  plain = [in_order(d.train_epoch(EPOCH)) for d in old]
+  trained = [in_order(d.train_epoch(EPOCH, count=4)) for d in old]
+  new = [pipeline.build(config.with_accumulation(3, 2), w, seed=2) for w in worlds]
+  readers = getattr(old[0], "readers", 0)
+  resized = (Generation(size=2, step_batch=16, steps=4, readers=readers, continued=True),)
+  plans = [d.elastic_plan(EPOCH, resized) for d in new]
+  assert [(p.generation, p.skip) for p in plans] == [(0, 64), (0, 64)]
+  assert plans[0].steps == (old[0].steps_per_epoch * 16 - 64) // 48
+  again = [in_order(d.train_epoch(EPOCH, plan=p, count=2)) for d, p in zip(new, plans)]
+  for rank in range(2):
+    assert trained[rank] + again[rank] == plain[rank][:64 + 96]
+  # Then the world grows to 3 ranks: the epoch's rest, after both stretches, dealt again once.
+  history = (resized[0], Generation(size=2, step_batch=48, steps=2, readers=readers))
+  total = new[0].source.train.total
+  left = new[0]._remaining(EPOCH, history)
+  assert len(left) == total - 2 * (64 + 96)
+  assert sorted(sum(trained, []) + sum(again, [])) == at(digits_dir, np.setdiff1d(np.arange(total), left))
+  grown = [pipeline.build(data_config(digits_dir, batch_size=16, ranks=3), World(size=3, rank=r), seed=2)
+           for r in range(3)]
+  plans = [d.elastic_plan(EPOCH, history) for d in grown]
+  assert {p.generation for p in plans} == {2} and {p.skip for p in plans} == {0}
+  dealt = np.concatenate([p.positions for p in plans])
+  assert len(np.unique(dealt)) == len(dealt) and not np.setdiff1d(dealt, left).size
+
+
+def test_dealings_group_the_generations_a_world_read_on(digits_dir):
+  g = lambda size, continued=False, readers=0: Generation(size, 16, 2, readers, continued)
+  history = (g(2, True), g(2, True), g(2), g(3, True), g(2), g(2, True, readers=4), g(2))
+  assert [(first, len(gens)) for first, gens in sharding.dealings(history, readers=1)] == [
+      (0, 3), (3, 1), (4, 1), (5, 1), (6, 1)]  # a size or a reading width changed: dealt again
+  assert [(first, len(gens)) for first, gens in sharding.dealings(history, readers=4)] == [
+      (0, 3), (3, 1), (4, 1), (5, 2)]
