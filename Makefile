@@ -108,7 +108,7 @@ plan:  ## ranks and global batch to a target soonest, from the noise scale and t
 	$(PY) -m bench.plan $(or $(ARGS),--workload=resnet50-imagenet)
 
 .PHONY: adaptive
-adaptive: ops  ## AdaScale and --batch_policy=adaptive against fixed batches on Fashion-MNIST, 2 ranks, 2 seeds: one budget of base-batch epochs at S = 1, 8, 32 (linear rule vs AdaScale), time to 0.85 (adaptive vs batch 64 at its searched LR); writes results/adaptive.{md,json,png} (ARGS="--only=target", "--quick --out_dir=/tmp/ad": a smoke run)
+adaptive: ops  ## AdaScale and --batch_policy=adaptive against fixed batches on Fashion-MNIST, 2 ranks, 2 seeds: one budget of base-batch epochs at S = 1, 8, 32 (linear rule vs AdaScale, also given AdaScale's updates), the scale changed 8 -> 32 -> 8 and an elastic world 2 -> 1 -> 2 hosts, time to 0.85 (adaptive vs batch 64 at its searched LR); writes results/adaptive.{md,json,png} (ARGS="--only=target", "--quick --out_dir=/tmp/ad": a smoke run)
 	$(PY) -m bench.adaptive $(ARGS)
 
 .PHONY: noise-scale

@@ -59,21 +59,26 @@ def command(ranks: int, flags: list[str]) -> list[str]:
 
 
 def launch(ranks: int, flags: list[str], model_dir: str, timeout: float,
-           accept=(0,)) -> tuple[dict, str, float]:
+           accept=(0,), fresh: bool = True) -> tuple[dict, str, float]:
   """train.py from scratch in model_dir (its flags must name it): (its summary.json, the
   launch's stderr, wall seconds of the launch). The output is kept in model_dir/std{out,err}.log.
+  fresh False: the run in model_dir resumes (a run in phases, e.g. another batch each), and the
+  output is added to the logs.
 
   The launch runs in a session of its own; past `timeout` seconds, or when this program is
   interrupted, that whole session (horovodrun, mpirun, every rank) is ended, by its id.
   RuntimeError with the stderr's tail on an exit status not in `accept` (e.g. add 3,
   training/outcome.DIVERGED, where a diverged run is a result).
   """
-  shutil.rmtree(model_dir, ignore_errors=True)  # never resume an older run
-  os.makedirs(model_dir)
+  if fresh:
+    shutil.rmtree(model_dir, ignore_errors=True)  # never resume an older run
+  os.makedirs(model_dir, exist_ok=True)
   cmd = command(ranks, flags)
   start = time.time()
-  with open(os.path.join(model_dir, "stdout.log"), "w+") as out, \
-       open(os.path.join(model_dir, "stderr.log"), "w+") as err:
+  mode = "w+" if fresh else "a+"
+  with open(os.path.join(model_dir, "stdout.log"), mode) as out, \
+       open(os.path.join(model_dir, "stderr.log"), mode) as err:
+    done = err.tell()  # this launch's output begins here
     proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                             text=True, start_new_session=True)
     try:
@@ -81,7 +86,7 @@ def launch(ranks: int, flags: list[str], model_dir: str, timeout: float,
     except BaseException:  # the timeout, or Ctrl-C of this program: leave no rank behind
       _end_session(proc)
       raise
-    err.seek(0)
+    err.seek(done)
     stderr = err.read()
   if proc.returncode not in accept:
     raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{stderr[-3000:]}")
