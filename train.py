@@ -177,9 +177,11 @@ def train(stop_request: signals.StopRequest):
   def resized(config, world, course, k):
     """The config and input at K accumulation steps (the controller's choice); the course goes on
     at the new step batch (the epoch's rest dealt to it)."""
+    start = time.perf_counter()
     new = dataclasses.replace(config, data=config.data.with_accumulation(k, world.size))
     data = input_for(new, world, mode, scanned)
     course.resized(new.data, getattr(data, "readers", 0))
+    controller.change_seconds += time.perf_counter() - start
     return new, data
 
   def rebuild(world):  # --elastic: a new world's config (the global batch follows the policy) and input

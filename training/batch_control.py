@@ -27,6 +27,7 @@ step batch and runs on with the same traced step (training/step.make_train_step'
 position counts images and tau (training/course.py), so the epoch, the data's order (the epoch's
 rest dealt at the new batch, input/pipeline's elastic_plan) and the LR schedule stay right.
 """
+import contextlib
 import dataclasses
 import statistics
 import time
@@ -82,6 +83,17 @@ class Controller(Hook):
     self._probed = False  # this world has tried a second K (_decide)
     self._started = None
     self._updates = 0  # of this stretch: the same count on every rank, so every rank decides at the same update
+    # What the policy costs, in seconds of this process (summary.json): its own work (the hooks, the
+    # fits, the decisions and their broadcast), and the changes it made (train.py: the input rebuilt).
+    self.own_seconds = self.change_seconds = 0.0
+
+  @contextlib.contextmanager
+  def _own(self):
+    start = time.perf_counter()
+    try:
+      yield
+    finally:
+      self.own_seconds += time.perf_counter() - start
 
   # ------------------------------------------------------------- worlds --
   def new_world(self, ranks: int, k_range: tuple[int, int], exchange_seconds: float) -> None:
@@ -107,6 +119,10 @@ class Controller(Hook):
     self._started = self.clock() if phase == "step" else None
 
   def after_step(self, step, nominal, out, lr):
+    with self._own():
+      self._after_step(step)
+
+  def _after_step(self, step):
     self._updates, self._now = self._updates + 1, step
     if self._started is None:
       return
@@ -136,14 +152,16 @@ class Controller(Hook):
     last world's micro-batch time (none yet: the K it starts at stays). Every rank calls it, and
     rank 0's choice is taken: a rank that joins this world has no last world's time."""
     model = goodput.StepTime(self.exchange, self.micro_seconds) if self.micro_seconds is not None else None
-    return self._decide(step, model)
+    with self._own():
+      return self._decide(step, model)
 
   def resize(self, step: int) -> int | None:
     """After update `step`: the new K when one is due and chosen, else None. Every rank asks after
     the same updates (due and counted alike everywhere), since a decision is a collective."""
     if not due(step, self.every) or self._updates < WARMUP + MEASURED:
       return None
-    k = self._decide(step, self.model())
+    with self._own():
+      k = self._decide(step, self.model())
     return None if k == self.k else k
 
   def _decide(self, step: int, model: goodput.StepTime | None) -> int:
@@ -178,4 +196,5 @@ class Controller(Hook):
   def summary(self) -> dict:
     """summary.json's batch_policy: the changes and the K the run ended at."""
     return {"policy": "adaptive", "k_final": self.k, "k_range": [self.k_min, self.k_max],
-            "changes": [c.to_json() for c in self.changes]}
+            "changes": [c.to_json() for c in self.changes], "own_seconds": round(self.own_seconds, 6),
+            "change_seconds": round(self.change_seconds, 3)}

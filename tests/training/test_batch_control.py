@@ -126,6 +126,8 @@ def test_rank_0s_choice_is_every_ranks_and_each_change_is_one_line_and_a_summary
   c.stretch(4)
   summary = c.summary()
   assert summary["k_final"] == 4 and summary["k_range"] == [1, 8]
+  # its own time, on this process's clock (not the fake one): the hooks and the decisions ran
+  assert 0 < summary["own_seconds"] < 5 and summary["change_seconds"] == 0.0
   assert summary["changes"] == [{"step": 10, "k_from": 1, "k_to": 4, "global_from": 64, "global_to": 256,
                                  "gain": pytest.approx(summary["changes"][0]["gain"]), "b_simple": 1e6,
                                  "probe": False}]
