@@ -185,7 +185,7 @@ def part_change(args, runs_dir) -> dict:
 def part_elastic(args, runs_dir) -> dict:
   """AdaScale at S = 8 on two emulated hosts, one lost at LOSE_AT and back ALONE updates later."""
   rows = {}
-  hosts = Hosts(*ELASTIC_HOSTS, 2, os.path.join(runs_dir, "elastic-hosts.txt"))
+  hosts, up = Hosts(*ELASTIC_HOSTS, 2, os.path.join(runs_dir, "elastic-hosts.txt")), False
   try:
     for seed in args.seeds:
       name = f"elastic-2-1-2-s{seed}"
@@ -193,9 +193,10 @@ def part_elastic(args, runs_dir) -> dict:
       flags = [*budget_flags("adascale", 8, args.budget_epochs, seed), "--elastic", "--elastic_commit_every=5"]
       done = args.reuse and reused(model_dir, {"flags": flags})
       if not done:
-        why = hosts.up()
+        why = None if up else hosts.up()  # once, for every seed's run
         if why:
           raise SystemExit(f"adaptive: elastic: no emulated hosts ({why}); run as root with iproute2, or leave the part out")
+        up = True
         done = elastic_run(name, flags, model_dir, hosts)
       report(done)
       rows.setdefault("adascale S=8, hosts 2 -> 1 -> 2", []).append(done)
