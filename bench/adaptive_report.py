@@ -48,6 +48,17 @@ def target_table(rows: dict) -> list[str]:
   return out
 
 
+def _drift(parts):
+  """The host's own drift, read from the fixed batch's runs: same recipe, same machine, one session."""
+  fixed = [r for r in parts.get("target", {}).get("fixed", []) if r["summary"].get("target_step")]
+  if len(fixed) < 2:
+    return []
+  ms = sorted(r["summary"]["time_to_target_seconds"] / r["summary"]["target_step"] * 1000 for r in fixed)
+  return [f"- The host's speed drifts: the fixed batch's runs, one recipe in one session, took {ms[0]:.0f} to "
+          f"{ms[-1]:.0f} ms an update to the target (x{ms[-1] / ms[0]:.2f}); a ratio of wall times inside that "
+          "spread is not a difference in speed. Updates and images to the target do not drift."]
+
+
 def targets(parts: dict) -> list[str]:
   """The issue's targets against what was measured (only those this study's parts measure)."""
   out = []
@@ -167,6 +178,7 @@ def write(out: dict, out_dir: str) -> None:
   lines += ["## Against the issue's targets", ""] + (targets(parts) or ["- none of this study's parts measured yet"])
   lines += ["", "## What this does not show", "",
             "- Two seeds a comparison at most: a difference inside the ranges above is not a difference.",
+            *_drift(parts),
             "- One host: the exchange between the 2 ranks is shared memory, so a larger batch saves little time an "
             "update and the controller has little to gain here; where links are slow it grows the batch "
             "(docs/noise_scale.md shows a run over a 20 Mbit/s emulated link). Not measured: that regime's time to "
@@ -178,14 +190,58 @@ def write(out: dict, out_dir: str) -> None:
                       if part not in parts) + ".", ""]
   with open(os.path.join(out_dir, "adaptive.md"), "w") as fh:
     fh.write("\n".join(lines))
-  _figure(parts, os.path.join(out_dir, "adaptive.png"))
+  _figure(parts, setup, os.path.join(out_dir, "adaptive.png"))
 
 
-def _figure(parts: dict, path: str) -> None:
+def _batches(run: dict, setup_change, ranks: int, micro: int, last: int) -> list[tuple[int, int]]:
+  """(update, global batch) steps of one run: the adaptive runs' from their changes, the change
+  run's from its --max_steps segments (exact: it resumed at each), the rest fixed."""
+  changes = (run["summary"].get("batch_policy") or {}).get("changes")
+  if changes:
+    points = [(0, changes[0]["global_from"])] + [(c["step"], c["global_to"]) for c in changes]
+  elif run["name"].startswith("change-"):
+    points, at = [], 0
+    for k, updates in setup_change:
+      points.append((at, k * micro * ranks))
+      at += updates or 0
+  else:
+    points = [(0, run["summary"]["global_batch"])]
+  return points + [(last, points[-1][1])]
+
+
+def _traces(parts: dict, setup: dict, axes) -> None:
+  """The issue's traces over a run, seed 0: global batch B (so K) with B_simple, and tau."""
+  picks = [("target", "adaptive"), ("change", None), ("elastic", None), ("budget", "adascale S=8")]
+  for part, name in picks:
+    for row, runs in parts.get(part, {}).items():
+      if (name and row != name) or (not name and part == "target"):
+        continue
+      run = next((r for r in runs if r["name"].endswith("-s0")), None)
+      if run is None or not run.get("tau"):
+        continue
+      label = f"{row} (s0)"
+      last = run["tau"][-1][0]
+      if part != "elastic":  # its world's times are the discovery's, not known to the update
+        b = _batches(run, setup.get("change", ()), setup.get("ranks", 2), setup.get("micro_batch", 32), last)
+        line, = axes[0].step([p[0] for p in b], [p[1] for p in b], where="post", label=f"B, {label}")
+        axes[0].plot([p[0] for p in run["b_simple"]], [p[1] for p in run["b_simple"]], ":",
+                     color=line.get_color(), label=f"B_simple, {label}")
+      axes[1].plot([p[0] for p in run["tau"]], [p[1] for p in run["tau"]], label=f"tau, {label}")
+  axes[0].set_yscale("log")
+  axes[0].set_xlabel("update")
+  axes[0].set_ylabel("images")
+  axes[0].set_title("global batch B (solid; K = B / 64) and B_simple (dotted), seed 0", fontsize=9)
+  axes[1].set_xlabel("update")
+  axes[1].set_ylabel("tau (base-batch steps)")
+  axes[1].set_title("AdaScale's clock tau (S=1 would be the diagonal); elastic: worlds 2 -> 1 -> 2", fontsize=9)
+
+
+def _figure(parts: dict, setup: dict, path: str) -> None:
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+  fig, grid = plt.subplots(2, 2, figsize=(11, 8))
+  axes = grid[0]
   target = parts.get("target", {})
   for name, runs in target.items():
     for r in runs:
@@ -203,7 +259,8 @@ def _figure(parts: dict, path: str) -> None:
   axes[1].set_xlabel("update")
   axes[1].set_ylabel("AdaScale's gain r")
   axes[1].set_title("r over updates (grey lines: K changes)", fontsize=9)
-  for ax in axes:
+  _traces(parts, setup, grid[1])
+  for ax in grid.flat:
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
       ax.legend(fontsize=6)
