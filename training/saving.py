@@ -21,31 +21,48 @@ class Saver:
   true on any rank (comm.sync.any_rank over Horovod; None: one process decides alone).
   """
 
-  def __init__(self, checkpoint, directory: str, keep: int, log, floating, any_rank=None, optional=None):
+  def __init__(self, checkpoint, directory: str, keep: int, log, floating, any_rank=None, optional=(),
+               powersgd=None, average=None):
     self.checkpoint, self.directory, self.keep, self.log = checkpoint, directory, keep, log
-    self.optional = optional  # a checkpoints.OptionalPart
+    self.optional = tuple(optional)  # checkpoints.OptionalPart's
     self.floating, self.any_rank = list(floating), any_rank
+    self.powersgd, self.average = powersgd, average
     self.manager = None  # rank 0's checkpoints.Checkpoints, made by writer()
 
   @classmethod
-  def of_model(cls, model, optimizer, run, log, any_rank=None, loss_scale=None):
+  def of_model(cls, model, optimizer, run, log, any_rank=None, loss_scale=None, powersgd=None, average=None):
     """(the step variable, a Saver of model, optimizer and step): run is flags.config's RunConfig.
     The step lives in the checkpoint, so a restarted run continues the same LR schedule and data order.
     loss_scale: fp16's DynamicLossScale, checkpointed too (a resumed run restarting at 2^15 could
     count its first overflow-skipped steps as a divergence); not in fp32/bf16 checkpoints, so an
     fp16 run resumed from one of those (or from an fp16 one written before the scale was kept)
-    restores the rest and says the scale starts again."""
+    restores the rest and says the scale starts again.
+
+    powersgd: --compression=powersgd's comm.powersgd.PowerSGD, whose Qs and residuals are
+    checkpointed too, under a name that holds its rank: a checkpoint without them (another
+    --compression, or another --powersgd_rank, whose shapes differ) restores the rest and says the
+    state starts afresh. average(tensors) -> their means over ranks (Horovod; None: one process):
+    each save first averages the residuals on every rank (comm/powersgd.py: no later update
+    changes), so rank 0's checkpoint, which every rank resumes from, is every rank's."""
     step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     parts = dict(model=model, optimizer=optimizer, step=step)
-    optional = None
+    optional = []
     if loss_scale is not None and loss_scale.enabled:
-      optional = checkpoints.OptionalPart("loss_scale", tf.train.Checkpoint(**parts),
-                  f"the fp16 loss scale starts again at {float(loss_scale.scale):g}: {{checkpoint}} holds none (it "
-                  "was written at another --precision, or before the scale was kept)")
+      optional.append(checkpoints.OptionalPart(
+          "loss_scale", f"the fp16 loss scale starts again at {float(loss_scale.scale):g}: {{checkpoint}} holds "
+          "none (it was written at another --precision, or before the scale was kept)"))
       parts["loss_scale"] = tf.train.Checkpoint(scale=loss_scale.scale, good_steps=loss_scale.good_steps)
-    checkpoint = tf.train.Checkpoint(**parts)
     floating = [v for v in model.variables + optimizer.variables if tf.as_dtype(v.dtype).is_floating]
-    return step, cls(checkpoint, run.model_dir, run.keep_checkpoints, log, floating, any_rank, optional)
+    if powersgd is not None:
+      name = f"powersgd_rank{powersgd.rank}"
+      optional.append(checkpoints.OptionalPart(
+          name, f"PowerSGD's residuals start at zero and its Qs afresh: {{checkpoint}} holds none at rank "
+          f"{powersgd.rank} (it was written without --compression=powersgd, or at another --powersgd_rank)"))
+      parts[name] = powersgd
+      floating += powersgd.variables  # a NaN residual would poison every step after a resume
+    checkpoint = tf.train.Checkpoint(**parts)
+    return step, cls(checkpoint, run.model_dir, run.keep_checkpoints, log, floating, any_rank, optional,
+                     powersgd, average)
 
   def writer(self) -> checkpoints.Checkpoints:
     """Become the rank that writes: rank 0 at start-up, and (--elastic) rank 0 of a new world."""
@@ -67,12 +84,16 @@ class Saver:
     (a world that is breaking up: no collective can be trusted) judges this rank's alone.
     A checkpoint of this step already written is not written again; position (--elastic) is
     written just before it. A failed write (disk full) raises checkpoints.CheckpointError.
+    PowerSGD's residuals are averaged over ranks first (a collective, so only when agree; without
+    it rank 0 writes its own).
     """
     bad = not bool(precision.all_finite(self.floating))
     if agree and self.any_rank is not None:
       bad = self.any_rank(bad)
     if bad:
       return False
+    if self.powersgd is not None and agree and self.average is not None:  # every rank, before rank 0 writes
+      self.powersgd.average_residuals(self.average)
     if self.manager and self.manager.newest != os.path.join(self.directory, f"{checkpoints.PREFIX}-{step}"):
       if position is not None:
         try:

@@ -128,3 +128,71 @@ def test_an_fp16_run_resumes_from_a_checkpoint_without_a_loss_scale(tmp_path):
                             loss_scale=precision.DynamicLossScale(True))
   with pytest.raises(checkpoints.CheckpointError, match="holds other variables than this model"):
     wrong.writer().restore_newest()
+
+
+def powersgd_run(tmp_path, rank=2, seed=0, average=None, lines=None, loss_scale=None):
+  """(step, Saver, model, PowerSGD) of a Dense 6 -> 4 run under --compression=powersgd at `rank`."""
+  import types
+  from comm.powersgd import PowerSGD
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4)])
+  compressor = PowerSGD([v.shape for v in model.trainable_variables], rank=rank, min_ratio=1, seed=seed)
+  run = types.SimpleNamespace(model_dir=str(tmp_path), keep_checkpoints=3)
+  log = (lambda fmt, *a: lines.append(fmt % a)) if lines is not None else (lambda *a: None)
+  step, saver = Saver.of_model(model, keras.optimizers.SGD(0.1), run, log, any_rank=lambda bad: bad,
+                               loss_scale=loss_scale, powersgd=compressor, average=average)
+  return step, saver, model, compressor
+
+
+def test_powersgd_state_is_averaged_over_ranks_checkpointed_and_resumed(tmp_path):
+  # The residuals differ per rank; a save averages them on every rank first (here a stand-in for a
+  # peer holding zeros: the mean halves them), so rank 0's checkpoint is every rank's.
+  averaged = []
+  halve = lambda tensors: averaged.append(len(tensors)) or [t / 2 for t in tensors]
+  _, saver, _, compressor = powersgd_run(tmp_path, average=halve)
+  assert compressor.views == ((6, 4), None) and len(compressor.variables) == 2
+  residual = np.arange(24, dtype=np.float32).reshape(6, 4)
+  compressor.residuals[0].assign(residual)
+  compressor.qs[0].assign(np.ones((4, 2), np.float32))
+  saver.writer()
+  assert saver.save(4) and averaged == [1]
+  np.testing.assert_array_equal(compressor.residuals[0].numpy(), residual / 2)
+  _, resumed, _, again = powersgd_run(tmp_path, seed=1)
+  assert resumed.writer().restore_newest() == 4
+  np.testing.assert_array_equal(again.residuals[0].numpy(), residual / 2)
+  np.testing.assert_array_equal(again.qs[0].numpy(), np.ones((4, 2)))
+
+
+def test_a_checkpoint_without_powersgd_state_loads_and_says_it_starts_afresh(tmp_path):
+  # Written before --compression=powersgd (and in fp32): the weights come back, the residuals stay
+  # zero, the Qs their seeded draw, one line each for PowerSGD's state and fp16's loss scale.
+  import types
+  from optimizers import precision
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4)])
+  run = types.SimpleNamespace(model_dir=str(tmp_path), keep_checkpoints=3)
+  step, plain = Saver.of_model(model, keras.optimizers.SGD(0.1), run, lambda *a: None)
+  step.assign(5)
+  plain.writer()
+  assert plain.save(5)
+  weights = [w.numpy() for w in model.weights]
+  lines = []
+  step, saver, resumed_model, compressor = powersgd_run(tmp_path, lines=lines, loss_scale=precision.DynamicLossScale(True))
+  fresh = [v.numpy() for v in compressor.variables]
+  for w in resumed_model.weights:
+    w.assign(tf.zeros_like(w))
+  assert saver.writer().restore_newest() == 5 and int(step) == 5
+  assert all(np.array_equal(w.numpy(), want) for w, want in zip(resumed_model.weights, weights))
+  assert all(np.array_equal(v.numpy(), want) for v, want in zip(compressor.variables, fresh))
+  assert lines[0].startswith("the fp16 loss scale starts again at 32768: ckpt-5 holds none")
+  assert lines[1:] == ["PowerSGD's residuals start at zero and its Qs afresh: ckpt-5 holds none at rank 2 (it was "
+                       "written without --compression=powersgd, or at another --powersgd_rank)"]
+  # At another --powersgd_rank the shapes differ: the state starts afresh the same way.
+  compressor.residuals[0].assign(tf.ones((6, 4)))
+  assert saver.save(6)
+  lines.clear()
+  _, other, _, at_one = powersgd_run(tmp_path, rank=1, lines=lines)
+  assert other.writer().restore_newest() == 6 and lines == [
+      "PowerSGD's residuals start at zero and its Qs afresh: ckpt-6 holds none at rank 1 (it was written without "
+      "--compression=powersgd, or at another --powersgd_rank)"]
+  assert not at_one.residuals[0].numpy().any()
