@@ -43,7 +43,7 @@ from absl import flags as absl_flags  # noqa: E402
 from flags import train_flags as flags  # noqa: E402  (define_flags, build_config, ...)
 import comm  # noqa: E402
 from comm import sync  # noqa: E402
-from comm.exchange import make_gradient_exchange  # noqa: E402
+from comm.exchange import make_gradient_exchange, make_powersgd  # noqa: E402
 from input import pipeline  # noqa: E402
 from models import build_model  # noqa: E402
 from optimizers import adascale, build_optimizer, precision, schedules  # noqa: E402
@@ -88,8 +88,10 @@ def train(stop_request: signals.StopRequest):
   log = mode.log  # lines on rank 0 (--elastic: rank 0 of the world of the moment)
   data = input_for(config, world, mode, scanned)
   model, optimizer, loss_scale = model_and_optimizer(config, data.info, log)
-  step_var, saver = restore(config, world, mode, model, optimizer, loss_scale, data)
-  variables = model.variables + optimizer.variables + [step_var]
+  # --compression=powersgd's residuals and Qs (None otherwise): checkpointed, broadcast and committed with the weights.
+  powersgd = make_powersgd(config.comm, model.trainable_variables, config.run.seed, log)
+  step_var, saver = restore(config, world, mode, model, optimizer, loss_scale, powersgd, data)
+  variables = model.variables + optimizer.variables + [step_var] + list(powersgd.variables if powersgd else [])
   mode.start(variables)
   watchdog.progress(int(step_var), "setup", timed=False)
   eval_step = step_lib.make_eval_step(model)
@@ -132,7 +134,9 @@ def train(stop_request: signals.StopRequest):
         model, optimizer, exchange, loss_scale, data.info.num_classes, config.optim.label_smoothing,
         agree=sync.agree_max(hvd), accumulation_steps=config.data.accumulation_steps, noise=kind,
         average=lambda x: hvd.allreduce(x, op=hvd.Average), identical_norms=bool(config.optim.adascale_base),
-        any_k=tf.TensorSpec([config.data.batch_size, *data.info.image_shape], compute_dtype(config)) if adaptive else None)
+        any_k=tf.TensorSpec([config.data.batch_size, *data.info.image_shape], compute_dtype(config)) if adaptive else None,
+        # PowerSGD from --compression_start on, by the checkpointed step: the same on every rank.
+        powersgd=powersgd, compressing=lambda: step_var >= config.comm.compression_start)
     timed = [0, 0.0]  # images and seconds of the stretches' timed steps
     while True:
       ending, progress = run_stretch(world, config, data, course, train_step)
@@ -263,12 +267,15 @@ def model_and_optimizer(config, info, log):
 
 
 # ------------------------------------------------------------- checkpoint --
-def restore(config, world, mode, model, optimizer, loss_scale, data):
+def restore(config, world, mode, model, optimizer, loss_scale, powersgd, data):
   """The step variable and the saver, after rank 0 restored the newest checkpoint (if any; the mode
   shares it). training/saving.py: every save agrees on finite weights first; training/checkpoints.py:
   saves are atomic, a damaged newest checkpoint is set aside for the one before it."""
   step_var, saver = Saver.of_model(model, optimizer, config.run, mode.log, loss_scale=loss_scale,
-                                   any_rank=lambda flag: sync.any_rank(hvd, flag, "nonfinite_state"))
+                                   any_rank=lambda flag: sync.any_rank(hvd, flag, "nonfinite_state"),
+                                   # Horovod: PowerSGD's residuals averaged in one grouped allreduce before a save.
+                                   powersgd=powersgd, average=lambda tensors: hvd.grouped_allreduce(
+                                       tensors, op=hvd.Average, name="powersgd_residuals"))
   if world.is_chief:
     try:
       if saver.writer().restore_newest() is not None:

@@ -16,10 +16,15 @@ Overlap: buckets follow backprop order and each depends only on its own
 gradients, so inside the tf.function a bucket's collective can start while
 backprop still runs (TensorFlow runs an op once its inputs exist; Horovod's
 ops are asynchronous kernels).
+
+--compression=powersgd (comm/powersgd.py) compresses before fusion: its P's with
+the gradients it sends whole, then its Q's, each go through this exchange as one
+call of their own (GradientExchange.compressed), so they travel by the chosen
+algorithm in few buckets like any gradients.
 """
 import tensorflow as tf
 
-from comm import cost_model, fusion, hierarchical, probe
+from comm import cost_model, fusion, hierarchical, powersgd, probe
 from comm.topology import World
 from flags.config import CommConfig
 
@@ -40,23 +45,33 @@ def wire_dtype(dtype: tf.DType, compression: str) -> tf.DType:
 
 
 class GradientExchange:
-  """exchange(grads: list[tf.Tensor]) -> list[tf.Tensor]: each gradient's mean over all ranks.
+  """exchange(grads: list[tf.Tensor], name='') -> list[tf.Tensor]: each gradient's mean over all ranks.
 
-  Call once per step inside the tf.function. Shapes must be static; the
-  bucket plan is made when the function is traced, from the shapes and the
-  (rank-identical) cost model, so every rank makes the same plan. `plan`
-  describes it: one dict per bucket.
+  Call once per step inside the tf.function (and once more per call name:
+  PowerSGD's P's and Q's are calls of their own, see compressed). Shapes must
+  be static; the bucket plan is made when the function is traced, from the
+  shapes and the (rank-identical) cost model, so every rank makes the same
+  plan. `plan` describes it: one dict per bucket, every call's buckets.
   """
 
   def __init__(self, hvd, config: CommConfig, world: World, groups=None, model=None, log=None):
     self.hvd, self.config, self.world = hvd, config, world
     self.groups, self.model, self.log = groups, model, log
-    self.plan: list[dict] = []
+    self.plans: dict[str, list[dict]] = {}  # per call name, in the order first traced
 
-  def __call__(self, grads):
+  @property
+  def plan(self) -> list[dict]:
+    """Every call's buckets: the plain exchange's first, as they always were, then each named call's
+    (with 'call': its name) in the order traced."""
+    return [bucket for name in sorted(self.plans, key=bool) for bucket in self.plans[name]]
+
+  def __call__(self, grads, name: str = ""):
+    """name: a prefix of this call's Horovod tensor names, which must differ between calls in one
+    step (Horovod's coordinator matches collectives across ranks by name); '' for the plain exchange."""
     grads = [tf.convert_to_tensor(g) for g in grads]
+    tag = f"{name}_" if name else ""
     if self.config.allreduce == "horovod":
-      return [self._horovod(g, i) for i, g in enumerate(grads)]
+      return [self._horovod(g, f"{tag}grad_{i}") for i, g in enumerate(grads)]
     out = list(grads)
     threshold = int(self.config.fusion_threshold_mb * fusion.MB)
     buckets = fusion.plan([(g.shape.num_elements(), g.dtype.name) for g in grads], threshold)
@@ -64,12 +79,12 @@ class GradientExchange:
     serial, previous = self.groups is not None and hierarchical.serial_reducescatter(self.hvd), None
     for b, members in enumerate(buckets):
       dtype = grads[members[0]].dtype
-      wire = wire_dtype(dtype, self.config.compression)
+      wire = wire_dtype(dtype, self.config.wire)
       nbytes = sum(grads[i].shape.num_elements() for i in members) * wire.size
       algorithm, predicted = self._choose(nbytes, len(members))
       if algorithm == "hier":
         buffer = tf.cast(fusion.pack([grads[i] for i in members]), wire)
-        reduced = hierarchical.allreduce_mean(self.hvd, buffer, self.world, self.groups, f"bucket_{b}",
+        reduced = hierarchical.allreduce_mean(self.hvd, buffer, self.world, self.groups, f"{tag}bucket_{b}",
                                               after=previous if serial else None)
         previous = reduced
         parts = fusion.unpack(tf.cast(reduced, dtype), [grads[i].shape for i in members])
@@ -80,25 +95,40 @@ class GradientExchange:
         # and Horovod fused buckets ready together again: ResNet-50 on 4 ranks
         # took 455 ms that way against 401 ms grouped (horovod 419 ms).
         reduced = self.hvd.grouped_allreduce([tf.cast(grads[i], wire) for i in members], op=self.hvd.Average,
-                                             name=f"bucket_{b}")
+                                             name=f"{tag}bucket_{b}")
         parts = [tf.cast(r, dtype) for r in reduced]
       for i, g in zip(members, parts):
         out[i] = g
       plan.append({"bucket": b, "tensors": len(members), "bytes": int(nbytes), "dtype": wire.name,
-                   "algorithm": algorithm, "predicted_ms": None if predicted is None else round(predicted * 1e3, 3)})
-    if plan != self.plan:
-      self.plan = plan
+                   "algorithm": algorithm, "predicted_ms": None if predicted is None else round(predicted * 1e3, 3),
+                   **({"call": name} if name else {})})
+    if plan != self.plans.get(name):
+      self.plans[name] = plan
       if self.log:
-        self.log("allreduce %s: %d buckets (threshold %g MB, compression %s): %s", self.config.allreduce,
-                 len(plan), self.config.fusion_threshold_mb, self.config.compression, describe(plan))
+        self.log("allreduce %s%s: %d buckets (threshold %g MB, compression %s): %s", self.config.allreduce,
+                 f" ({name})" if name else "", len(plan), self.config.fusion_threshold_mb, self.config.compression,
+                 describe(plan))
     return out
 
-  def _horovod(self, g, i):
-    wire = wire_dtype(g.dtype, self.config.compression)
+  def compressed(self, grads, compressor: "powersgd.PowerSGD"):
+    """compressor's step (comm/powersgd.py) over this exchange: (each gradient's approximate mean
+    over ranks, its Update to apply once the step is taken). Its two allreduces are two calls,
+    'powersgd_p' (the P's with the gradients sent whole) and then 'powersgd_q' (the Q's). Each
+    call's tensors are cast to their wire dtype first, so that under --powersgd_wire=fp16 the
+    whole vectors share the P's buckets (fusion never mixes dtypes in one)."""
+    names = iter(("powersgd_p", "powersgd_q"))
+
+    def allreduce_mean(tensors):
+      sent = [tf.cast(t, wire_dtype(t.dtype, self.config.wire)) for t in tensors]
+      return [tf.cast(r, t.dtype) for r, t in zip(self(sent, name=next(names)), tensors)]
+    return compressor(grads, allreduce_mean)
+
+  def _horovod(self, g, name):
+    wire = wire_dtype(g.dtype, self.config.wire)
     # Horovod: average, so the update equals the single-worker update on the
     # global batch (Goyal et al. eq. 3); stable names let Horovod's
     # coordinator match the same tensor across ranks.
-    reduced = self.hvd.allreduce(tf.cast(g, wire), op=self.hvd.Average, name=f"grad_{i}")
+    reduced = self.hvd.allreduce(tf.cast(g, wire), op=self.hvd.Average, name=name)
     return tf.cast(reduced, g.dtype)
 
   def _choose(self, nbytes: int, tensors: int) -> tuple[str, float | None]:
@@ -125,3 +155,22 @@ def make_gradient_exchange(hvd, config: CommConfig, world: World, log=None) -> G
           "link, flat as %s", model.intra.alpha * 1e6, model.intra.gbps, model.inter.alpha * 1e6, model.inter.gbps,
           model.flat)
   return GradientExchange(hvd, config, world, groups, model, log)
+
+
+def make_powersgd(config: CommConfig, variables, seed: int, log=None) -> "powersgd.PowerSGD | None":
+  """--compression=powersgd's state for the gradients of `variables` (their static shapes), None
+  under any other compression. Made before the checkpoint is restored (it holds the state); its Qs
+  start from a draw seeded alike on every rank. Logs what one compressed step sends."""
+  if config.compression != "powersgd":
+    return None
+  shapes = [v.shape for v in variables]
+  wire = tf.float16 if config.wire == "fp16" else tf.float32
+  compressor = powersgd.PowerSGD(shapes, rank=config.powersgd_rank, wire=wire, seed=seed)
+  if log:
+    sent = powersgd.wire_bytes(shapes, compressor.views, config.powersgd_rank, wire.size)
+    log("powersgd rank %d from step %d: %d of %d gradients compressed; a step sends %.2f MB in two allreduces "
+        "(P's and whole vectors %.2f, Q's %.2f) instead of %.2f MB, %.0fx less, as %s", config.powersgd_rank,
+        config.compression_start, sum(v is not None for v in compressor.views), len(shapes), sent.compressed / fusion.MB,
+        sent.first / fusion.MB, sent.second / fusion.MB, sent.uncompressed / fusion.MB,
+        sent.uncompressed / max(sent.compressed, 1), wire.name)
+  return compressor

@@ -184,6 +184,11 @@ class PowerSGD(tf.Module):
         residuals.append(m - approx)
     return out, Update(qs, residuals)
 
+  def state(self) -> Update:
+    """The kept Qs and residuals as an Update: what a step that did not compress hands on (the
+    plain exchange's branch before --compression_start, training/step.py)."""
+    return Update([q.read_value() for q in self.qs], [r.read_value() for r in self.residuals])
+
   def apply(self, update: Update) -> None:
     """Keep a taken step's Qs (warm start) and residuals; call it only for a step the optimizer
     applied (under the same tf.cond), so a skipped step leaves the state as it was."""

@@ -2,7 +2,7 @@
 from absl import flags as absl_flags
 
 from comm import cost_model
-from flags.config import ALGORITHMS, COMPRESSIONS, CommConfig, ConfigError
+from flags.config import ALGORITHMS, COMPRESSIONS, POWERSGD_WIRES, CommConfig, ConfigError
 
 
 def define() -> None:
@@ -19,7 +19,24 @@ def define() -> None:
   absl_flags.DEFINE_enum(
       "compression", "none", COMPRESSIONS,
       "fp16: float32 gradients travel as float16 (half the bytes) and are cast back after the "
-      "collective; any algorithm.")
+      "collective; powersgd: each weight matrix's gradient travels as a rank --powersgd_rank "
+      "approximation P Q^T in two allreduces, with error feedback (Vogels et al. 2019; "
+      "docs/communication.md), from step --compression_start on. Any algorithm.")
+  absl_flags.DEFINE_integer(
+      "powersgd_rank", 4,
+      "--compression=powersgd: the columns of P and Q. Higher sends more and approximates better "
+      "(the authors' advice where rank 4 lost accuracy); a matrix that would not shrink by half "
+      "at this rank, and every vector, travels whole.")
+  absl_flags.DEFINE_enum(
+      "powersgd_wire", "fp32", POWERSGD_WIRES,
+      "--compression=powersgd: the dtype P, Q and the gradients sent whole travel in (fp16: half "
+      "the bytes again); the orthogonalisation and the residuals stay float32.")
+  absl_flags.DEFINE_integer(
+      "compression_start", 1000,
+      "--compression=powersgd: the steps of the plain exchange before PowerSGD starts (PyTorch's "
+      "start_powerSGD_iter and its default): early training is sensitive to approximate "
+      "gradients, so set it past the LR warmup (the schedule's line at start-up gives its steps); "
+      "0 compresses from the first step.")
   absl_flags.DEFINE_integer(
       "ranks_per_node", 0,
       "Ranks per node for hier/hybrid: 0 takes the hosts' layout from Horovod; N > 0 groups "
@@ -46,6 +63,17 @@ def build(f) -> CommConfig:
       raise ConfigError(f"--hybrid_cost={f.hybrid_cost!r} is neither 'probe' nor four positive "
                         "numbers ALPHA_INTRA_US,GBPS_INTRA,ALPHA_INTER_US,GBPS_INTER and an optional "
                         "flat model mpi or ring, e.g. --hybrid_cost=300,5,300,12.5,ring.") from None
+  if f.powersgd_rank < 1:
+    raise ConfigError(f"--powersgd_rank={f.powersgd_rank} must be 1 or more (the columns of P and Q), e.g. "
+                      "--powersgd_rank=4.")
+  if f.compression_start < 0:
+    raise ConfigError(f"--compression_start={f.compression_start} must be 0 or more (steps of the plain exchange "
+                      "before PowerSGD); 0 compresses from the first step.")
+  if f.powersgd_wire != "fp32" and f.compression != "powersgd":
+    raise ConfigError(f"--powersgd_wire={f.powersgd_wire} sets the dtype of --compression=powersgd's payloads, "
+                      f"not of --compression={f.compression}; add --compression=powersgd, or drop --powersgd_wire "
+                      "(--compression=fp16 sends whole gradients as float16).")
   return CommConfig(allreduce=f.allreduce, fusion_threshold_mb=f.fusion_threshold_mb,
                     compression=f.compression, ranks_per_node=f.ranks_per_node,
-                    hybrid_cost=f.hybrid_cost)
+                    hybrid_cost=f.hybrid_cost, powersgd_rank=f.powersgd_rank, powersgd_wire=f.powersgd_wire,
+                    compression_start=f.compression_start)

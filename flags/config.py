@@ -17,7 +17,8 @@ class ConfigError(ValueError):
 
 
 ALGORITHMS = ("horovod", "flat", "hier", "hybrid")
-COMPRESSIONS = ("none", "fp16")
+COMPRESSIONS = ("none", "fp16", "powersgd")
+POWERSGD_WIRES = ("fp32", "fp16")  # the dtype of --compression=powersgd's payloads
 OPTIMIZERS = ("sgd", "lars")
 LR_SCHEDULES = ("step", "poly", "cosine")
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -141,9 +142,19 @@ class OptimConfig:
 class CommConfig:
   allreduce: str = "horovod"
   fusion_threshold_mb: float = 32.0  # bucket size of flat/hier/hybrid, MB (2^20 bytes)
-  compression: str = "none"          # dtype on the wire: none | fp16
+  compression: str = "none"          # none | fp16 (dtype on the wire) | powersgd (comm/powersgd.py)
   ranks_per_node: int = 0            # 0: the hosts' own layout
   hybrid_cost: str = "probe"         # probe | ALPHA_INTRA_US,GBPS_INTRA,ALPHA_INTER_US,GBPS_INTER[,mpi|ring]
+  powersgd_rank: int = 4             # powersgd: P's and Q's columns
+  powersgd_wire: str = "fp32"        # powersgd: fp32 | fp16, the dtype P, Q and the whole vectors travel in
+  compression_start: int = 1000      # powersgd: steps of the plain exchange first (PyTorch's start_powerSGD_iter)
+
+  @property
+  def wire(self) -> str:
+    """What float32 gradients travel as, in comm.exchange.wire_dtype's terms: 'fp16' under
+    --compression=fp16 and under powersgd with --powersgd_wire=fp16, else 'none'."""
+    fp16 = self.compression == "fp16" or (self.compression == "powersgd" and self.powersgd_wire == "fp16")
+    return "fp16" if fp16 else "none"
 
 
 @dataclasses.dataclass(frozen=True)

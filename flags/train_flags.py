@@ -32,14 +32,14 @@ def build_config(f, world: World) -> Config:
   verdict without talking to the others.
   """
   data_config = data.build(f, world)
-  run_config, optim_config = run.build(f), optim.build(f, data_config.batch_size)
-  _check_adascale(optim_config, run_config, data_config, world)
+  run_config, optim_config, comm_config = run.build(f), optim.build(f, data_config.batch_size), comm.build(f)
+  _check_adascale(optim_config, run_config, data_config, comm_config, world)
   return Config(run=run_config, data=data_config, model=model.build(f),
-                optim=optim_config, comm=comm.build(f), faults=faults.build(f),
+                optim=optim_config, comm=comm_config, faults=faults.build(f),
                 evaluation=evaluation.build(f, data_config.dataset), world=world)
 
 
-def _check_adascale(optim_config, run_config, data_config, world: World) -> None:
+def _check_adascale(optim_config, run_config, data_config, comm_config, world: World) -> None:
   """AdaScale's gain comes from the noise scale: without it the LR would stay the base batch's."""
   if data_config.adaptive and not optim_config.adascale_base:
     raise ConfigError("--batch_policy=adaptive changes the global batch during the run, which only AdaScale's "
@@ -50,6 +50,9 @@ def _check_adascale(optim_config, run_config, data_config, world: World) -> None
   if not run_config.noise_scale:
     raise ConfigError("--lr_scaling=adascale takes its gain from the gradient noise scale; drop "
                       "--noise_scale=false.")
+  if comm_config.compression == "powersgd":  # the noise scale's big batch is the exchanged mean gradient
+    raise ConfigError("--lr_scaling=adascale takes its gain from the norm of the exchanged mean gradient, which "
+                      "--compression=powersgd replaces by a low-rank approximation; drop one of the two.")
   if world.size == 1 and data_config.accumulation_steps == 1 and not data_config.adaptive:  # adaptive: K >= 2 there
     raise ConfigError(f"--lr_scaling=adascale at global batch {data_config.global_batch} (base batch "
                       f"{optim_config.base_batch}) needs the noise scale, which one rank measures only with "

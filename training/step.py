@@ -13,6 +13,14 @@ rank, and every rank's loss (agreed with the stop requests in one small
 allreduce), so every rank takes the same branch. A skipped step in fp32 or
 bf16 means the run diverged (train.py stops it); in fp16 it is an overflow
 that lowers the loss scale.
+
+With --compression=powersgd (comm/powersgd.py) the order from the exchange on is
+
+  unscale in fp32 -> PowerSGD's two allreduces -> one finite check -> update
+  and keep PowerSGD's new residuals and Qs, or skip both
+
+unscaled first because the residuals carry over between steps while fp16's
+scale moves; the plain order above runs before --compression_start.
 """
 import collections
 import statistics
@@ -60,7 +68,7 @@ def correct_count(logits, labels, k: int = 1) -> tf.Tensor:
 
 def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, label_smoothing: float = 0.0,
                     agree=None, accumulation_steps: int = 1, noise=None, average=None,
-                    identical_norms: bool = False, any_k=None):
+                    identical_norms: bool = False, any_k=None, powersgd=None, compressing=None):
   """A tf.function train_step(images, labels, lr, stop=0) -> StepOut(loss, correct, finite, stop).
 
   images: (K * batch, H, W, C) in the model's compute dtype, K =
@@ -100,6 +108,13 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
   the step then takes any whole number K of them, K read from the images' leading dimension, and
   is traced once for every K (accumulation_steps is ignored): the controller's changes of K
   (training/batch_control.py) cost no retrace.
+
+  powersgd (--compression=powersgd): comm/powersgd.py's PowerSGD, whose step goes through
+  exchange.compressed (comm's GradientExchange); its new residuals and Qs are kept only by a step
+  whose update is applied. compressing() -> a scalar bool tensor, whether this step compresses
+  (train.py: the checkpointed step >= --compression_start); None: every step does. Both ways are
+  in the one traced step, a tf.cond between them: another traced function for the steps from the
+  start on would be traced mid-run, taking many steps' time that the watchdog allows no step.
   """
   variables = model.trainable_variables
   learning_rate = optimizer.learning_rate
@@ -115,6 +130,23 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
     """A squared norm of scaled gradients, unscaled (fp16: divided by the scale squared)."""
     return sq / tf.square(tf.cast(loss_scale.scale, tf.float32)) if loss_scale.enabled else sq
 
+  def exchanged(grads):
+    """This rank's scaled gradients -> (their mean over ranks, unscaled; keep(), which keeps
+    PowerSGD's new state, for the branch that applies the update)."""
+    # Unscale in fp32 before the optimizer: LARS's trust ratio must see true gradients.
+    if powersgd is None:
+      return loss_scale.unscale(exchange(grads)), lambda: None
+
+    def compressed():  # the residuals live in true-gradient units: unscaled first (module docstring)
+      return exchange.compressed(loss_scale.unscale(grads), powersgd)
+    if compressing is None:
+      mean, update = compressed()
+      return mean, lambda: powersgd.apply(update)
+    # Both branches enter collectives: compress comes from the step count, the same on every rank.
+    compress = compressing()
+    mean, update = tf.cond(compress, compressed, lambda: (loss_scale.unscale(exchange(grads)), powersgd.state()))
+    return mean, lambda: tf.cond(compress, lambda: powersgd.apply(update), lambda: None)
+
   @tf.function(input_signature=signature)
   def train_step(images, labels, lr, stop=tf.constant(0)):
     loss, correct, bad, micro_sq, grads, micro_batches = gradients(images, labels)
@@ -127,15 +159,17 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
     # One verdict for every rank: a stop request anywhere, a non-finite loss anywhere.
     codes = tf.stack([tf.cast(stop, tf.int32), bad])
     codes = agree(codes) if agree else codes
-    grads = exchange(grads)  # the one place gradients cross ranks
-    # Unscale in fp32 before the optimizer: LARS's trust ratio must see true gradients.
-    grads = loss_scale.unscale(grads)
+    grads, keep = exchanged(grads)  # the one place gradients cross ranks
     sq_big = squared_norm(grads) if noise else tf.constant(0.0)
     if noise == RANKS and identical_norms:
       sq_big = average(sq_big)
     learning_rate.assign(lr)
     finite = tf.logical_and(precision.all_finite(grads), tf.equal(codes[1], 0))
-    finite = loss_scale.apply_if_finite(grads, lambda: optimizer.apply_gradients(zip(grads, variables)), finite)
+
+    def apply():  # a skipped step leaves the weights and PowerSGD's residuals and Qs as they were
+      optimizer.apply_gradients(zip(grads, variables))
+      keep()
+    finite = loss_scale.apply_if_finite(grads, apply, finite)
     return StepOut(loss, correct, finite, codes[0], sq_small, sq_big)
 
   return train_step

@@ -1,7 +1,7 @@
 """flags/comm.py: the flags of the gradient exchange, each bad value one ConfigError naming it."""
 import pytest
 
-from flags.config import ConfigError
+from flags.config import CommConfig, ConfigError
 
 
 def comm_flags(**overrides):
@@ -14,7 +14,8 @@ def comm_flags(**overrides):
   from flags import comm
   flags.define_flags()
   values = {name: absl_flags.FLAGS[name].default for name in
-            ("allreduce", "fusion_threshold_mb", "compression", "ranks_per_node", "hybrid_cost")}
+            ("allreduce", "fusion_threshold_mb", "compression", "ranks_per_node", "hybrid_cost", "powersgd_rank",
+             "powersgd_wire", "compression_start")}
   return comm.build(types.SimpleNamespace(**{**values, **overrides}))
 
 
@@ -26,3 +27,38 @@ def test_comm_flags():
     with pytest.raises(ConfigError) as e:
       comm_flags(**overrides)
     assert needle in str(e.value)
+
+
+def test_the_defaults_are_the_configs():
+  # CommConfig's defaults (what the benchmarks and checks build by hand) are the flags' own.
+  assert comm_flags() == CommConfig()
+
+
+@pytest.mark.parametrize("overrides, rank, wire, start", [
+    ({"compression": "powersgd"}, 4, "none", 1000),  # PyTorch's start_powerSGD_iter
+    ({"compression": "powersgd", "powersgd_rank": 1, "compression_start": 0}, 1, "none", 0),
+    ({"compression": "powersgd", "powersgd_wire": "fp16", "allreduce": "hier"}, 4, "fp16", 1000),
+])
+def test_powersgd_flags(overrides, rank, wire, start):
+  config = comm_flags(**overrides)
+  assert (config.compression, config.powersgd_rank, config.wire, config.compression_start) == (
+      "powersgd", rank, wire, start)
+
+
+@pytest.mark.parametrize("compression, wire, want", [
+    ("none", "fp32", "none"), ("fp16", "fp32", "fp16"), ("powersgd", "fp32", "none"), ("powersgd", "fp16", "fp16"),
+])
+def test_what_float32_travels_as(compression, wire, want):
+  assert CommConfig(compression=compression, powersgd_wire=wire).wire == want
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    ({"compression": "powersgd", "powersgd_rank": 0}, "--powersgd_rank=0"),
+    ({"compression": "powersgd", "compression_start": -1}, "--compression_start=-1"),
+    ({"powersgd_wire": "fp16"}, "--powersgd_wire=fp16"),  # would change nothing without powersgd
+    ({"compression": "fp16", "powersgd_wire": "fp16"}, "--compression=powersgd"),
+])
+def test_bad_powersgd_flags(overrides, needle):
+  with pytest.raises(ConfigError) as e:
+    comm_flags(**overrides)
+  assert needle in str(e.value) and str(e.value).endswith(".") and "\n" not in str(e.value)

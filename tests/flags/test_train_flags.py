@@ -70,6 +70,8 @@ def test_defaults_are_valid(tmp_path):
     ({"batch_policy": "adaptive", "lr_scaling": "adascale", "batch_decide_every": 0}, World(size=2),
      "--batch_decide_every"),
     ({"max_global_batch": 512}, World(size=2), "--batch_policy=adaptive"),
+    # AdaScale's gain reads the exchanged mean gradient's norm, which PowerSGD approximates.
+    ({"lr_scaling": "adascale", "base_batch": 8, "compression": "powersgd"}, World(size=2), "--compression=powersgd"),
 ])
 def test_bad_flags(overrides, world, must_name):
   message = error(world, **overrides)

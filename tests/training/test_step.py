@@ -194,3 +194,137 @@ def test_without_noise_the_norms_are_zero_and_with_ranks_the_own_gradient_is_ave
 ])
 def test_noise_sizes(ranks, batch, k, want):
   assert step_lib.noise_sizes(ranks, batch, k) == want
+
+
+class OneRank:
+  """Horovod on one rank for comm's GradientExchange: each mean is its input; counts, per call
+  ('' the plain exchange, 'powersgd_p', 'powersgd_q'), the collectives that ran (not traced)."""
+  Average = "average"
+
+  def __init__(self):
+    self.ran = {call: tf.Variable(0) for call in ("", "powersgd_p", "powersgd_q")}
+
+  def grouped_allreduce(self, tensors, op, name):
+    counted = self.ran[name.split("bucket_")[0].rstrip("_")].assign_add(1)
+    with tf.control_dependencies([counted]):
+      return [tf.identity(t) for t in tensors]
+
+  def counts(self):
+    return {call: int(v) for call, v in self.ran.items()}
+
+
+def compressible(seed=0):
+  """Dense 32 -> 16: its kernel (32, 16) is compressed at rank 2, its bias travels whole."""
+  keras.utils.set_random_seed(seed)
+  model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(16)])
+  optimizer = keras.optimizers.SGD(0.0)
+  optimizer.build(model.trainable_variables)
+  return model, optimizer
+
+
+def powersgd_step(model, optimizer, precision_name="fp32", rank=2, compressing=None, hvd=None):
+  """(train_step with --compression=powersgd through a flat exchange on one rank, its PowerSGD)."""
+  from comm.exchange import GradientExchange, make_powersgd
+  from flags.config import CommConfig
+  config = CommConfig("flat", compression="powersgd", powersgd_rank=rank)
+  compressor = make_powersgd(config, model.trainable_variables, seed=5)
+  exchange = GradientExchange(hvd or OneRank(), config, world=None)
+  step = step_lib.make_train_step(model, optimizer, exchange, precision.for_precision(precision_name), num_classes=16,
+                                  powersgd=compressor, compressing=compressing)
+  return step, compressor
+
+
+def batch(rng, size):
+  return (tf.constant(rng.standard_normal((size, 32)), tf.float32),
+          tf.constant(rng.integers(0, 16, size), tf.int32))
+
+
+def test_powersgd_on_a_model_with_nothing_to_compress_is_the_plain_step():
+  # Dense 4 -> 8 at rank 4: (4, 8) would not shrink by half (32 against 2 * 4 * 12), so all travels whole.
+  rng = np.random.default_rng(5)
+  images, labels = tf.constant(rng.standard_normal((4, 4)), tf.float32), tf.constant([1, 2, 3, 4])
+  plain_model, plain_optimizer = tiny()
+  plain = step_lib.make_train_step(plain_model, plain_optimizer, lambda g: g, precision.for_precision("fp32"),
+                                   num_classes=8)
+  model, optimizer = tiny()
+  from comm.exchange import GradientExchange, make_powersgd
+  from flags.config import CommConfig
+  config = CommConfig("flat", compression="powersgd")
+  compressor = make_powersgd(config, model.trainable_variables, seed=0)
+  assert compressor.views == (None, None) and not compressor.variables
+  step = step_lib.make_train_step(model, optimizer, GradientExchange(OneRank(), config, None),
+                                  precision.for_precision("fp32"), num_classes=8, powersgd=compressor)
+  for _ in range(2):
+    assert bool(plain(images, labels, tf.constant(0.5)).finite) and bool(step(images, labels, tf.constant(0.5)).finite)
+  for a, b in zip(weights(plain_model), weights(model)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_an_exactly_low_rank_gradient_steps_as_the_plain_exchange_and_a_full_rank_one_does_not():
+  # A batch of one makes the kernel's gradient (32, 16) the rank-1 x d^T: PowerSGD at rank 1 sends it
+  # exactly (the residual stays at rounding). A batch of 8 is of rank 8: the update differs and the
+  # residual keeps the rest. The same batch each step, so the warm-started Q stays aligned with the
+  # gradient's rows (a new example each step can meet it at a poor angle, and rounding then grows).
+  for size, exact in ((1, True), (8, False)):
+    images, labels = batch(np.random.default_rng(6), size)
+    plain_model, plain_optimizer = compressible()
+    plain = step_lib.make_train_step(plain_model, plain_optimizer, lambda g: g, precision.for_precision("fp32"),
+                                     num_classes=16)
+    model, optimizer = compressible()
+    step, compressor = powersgd_step(model, optimizer, rank=1)
+    for _ in range(3):
+      plain(images, labels, tf.constant(0.5))
+      assert bool(step(images, labels, tf.constant(0.5)).finite)
+    residual = np.abs(compressor.residuals[0].numpy()).max()
+    apart = max(np.abs(a - b).max() for a, b in zip(weights(plain_model), weights(model)))
+    assert (residual < 1e-5 and apart < 1e-5) if exact else (residual > 0.1 and apart > 0.1), (size, residual, apart)
+
+
+def test_a_skipped_fp16_step_leaves_residuals_and_qs_untouched_and_they_hold_true_gradients():
+  rng = np.random.default_rng(7)
+  images, labels = batch(rng, 8)
+  kept = {}
+  for name in ("fp32", "fp16"):
+    model, optimizer = compressible()
+    step, compressor = powersgd_step(model, optimizer, name)
+    before = [v.numpy().copy() for v in compressor.variables]
+    assert bool(step(images, labels, tf.constant(0.5)).finite)
+    kept[name] = [v.numpy().copy() for v in compressor.variables]
+    assert all(not np.array_equal(a, b) for a, b in zip(before, kept[name]))  # a taken step keeps Q and residual
+  # The residual of the fp16 run is the fp32 run's, not 2^15 times it: compressed after unscaling.
+  for a, b in zip(kept["fp32"], kept["fp16"]):
+    np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+  after = weights(model)
+  out = step(images * np.inf, labels, tf.constant(0.5))  # an overflow: skipped, the scale halves
+  assert not bool(out.finite)
+  for a, b in zip(kept["fp16"], [v.numpy() for v in compressor.variables]):
+    np.testing.assert_array_equal(a, b)
+  for a, b in zip(after, weights(model)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_compression_starts_at_its_step_in_the_one_traced_step():
+  # Before --compression_start the plain exchange's collectives run (and PowerSGD's state stays as
+  # it started), from it on PowerSGD's two calls alone; the branch is taken by a tf.cond.
+  rng = np.random.default_rng(8)
+  batches = [batch(rng, 8) for _ in range(4)]
+  plain_model, plain_optimizer = compressible()
+  plain = step_lib.make_train_step(plain_model, plain_optimizer, lambda g: g, precision.for_precision("fp32"),
+                                   num_classes=16)
+  model, optimizer = compressible()
+  hvd, taken = OneRank(), tf.Variable(0, dtype=tf.int64)  # taken: the checkpointed step of train.py
+  step, compressor = powersgd_step(model, optimizer, compressing=lambda: taken >= 2, hvd=hvd)
+  start = [v.numpy().copy() for v in compressor.variables]
+  for images, labels in batches[:2]:
+    plain(images, labels, tf.constant(0.5))
+    step(images, labels, tf.constant(0.5))
+    taken.assign_add(1)
+  assert hvd.counts() == {"": 2, "powersgd_p": 0, "powersgd_q": 0}  # one bucket a step
+  for a, b in zip(start, [v.numpy() for v in compressor.variables]):
+    np.testing.assert_array_equal(a, b)
+  for a, b in zip(weights(plain_model), weights(model)):
+    np.testing.assert_array_equal(a, b)
+  step(*batches[2], tf.constant(0.5))
+  assert hvd.counts() == {"": 2, "powersgd_p": 1, "powersgd_q": 1}  # P with the bias in one bucket, then Q
+  assert all(not np.array_equal(a, b.numpy()) for a, b in zip(start, compressor.variables))
+  assert step.experimental_get_tracing_count() == 1

@@ -4,7 +4,8 @@ more than most checks take, so one launch serves several (tests/multiprocess/tes
 
 Usage: checks.py [--ranks_per_node=N] CHECK [ARG ...] [CHECK [ARG ...] ...]
   exchange [ALGORITHM]   the exchange is the mean, broadcast makes replicas identical, the step's
-                         noise-scale norms (exchange_check.py; ALGORITHM default horovod)
+                         noise-scale norms, PowerSGD's step keeps replicas identical
+                         (exchange_check.py; ALGORITHM default horovod)
   data                   ranks holding different data stop with one sentence naming them (2 ranks)
   evaluation             held-out top-1/top-5/loss are counts over every rank (2 ranks)
   overflow               an fp16 overflow on one rank is skipped on every rank (2 ranks or more)

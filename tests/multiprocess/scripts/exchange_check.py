@@ -1,13 +1,14 @@
 """checks.py exchange [ALGORITHM]: the gradient exchange (default horovod) equals the numpy mean
-of all ranks' inputs, broadcast_state leaves every rank with rank 0's weights, and the train step's
+of all ranks' inputs, broadcast_state leaves every rank with rank 0's weights, the train step's
 noise-scale norms are the mean of the ranks' own squared gradient norms and the squared norm of
-their mean (computed here from every rank's gradient, gathered)."""
+their mean (computed here from every rank's gradient, gathered), and the step under
+--compression=powersgd keeps the replicas identical across its start step."""
 import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
 from comm import sync
-from comm.exchange import make_gradient_exchange
+from comm.exchange import make_gradient_exchange, make_powersgd
 from flags.config import CommConfig
 from models import build_model
 from optimizers import precision
@@ -42,6 +43,7 @@ def run(world, args):
   gathered = hvd.allgather(tf.concat([tf.reshape(v, [-1]) for v in model.variables], 0)[None]).numpy()
   assert (gathered == gathered[0]).all()
   check_noise_norms(rank, size, exchange)
+  check_powersgd(world, config)
 
 
 def check_noise_norms(rank, size, exchange):
@@ -64,3 +66,40 @@ def check_noise_norms(rank, size, exchange):
   np.testing.assert_allclose(float(out.sq_small), np.mean(np.sum(every ** 2, axis=1)), rtol=1e-5)
   np.testing.assert_allclose(float(out.sq_big), np.sum(np.mean(every, axis=0) ** 2), rtol=1e-5)
   assert float(out.sq_small) > float(out.sq_big) > 0  # different batches: a smaller mean
+
+
+def check_powersgd(world, config):
+  """Each rank its own batches, PowerSGD at rank 1 from the second step (a tf.cond on a step
+  variable, as train.py's): after each step the weights and Qs are identical on every rank, the
+  residuals are each rank's own until average_residuals makes them one. Through the check's
+  algorithm if horovod or flat (hier's process sets are registered once, above), else flat."""
+  rank, size = world.rank, world.size
+  allreduce = config.allreduce if config.allreduce in ("horovod", "flat") else "flat"
+  config = CommConfig(allreduce, config.fusion_threshold_mb, compression="powersgd", powersgd_rank=1,
+                      compression_start=1)
+  tf.keras.utils.set_random_seed(0)  # the same weights on every rank
+  model = tf.keras.Sequential([tf.keras.Input((12,)), tf.keras.layers.Dense(10)])
+  optimizer = tf.keras.optimizers.SGD(0.0)
+  optimizer.build(model.trainable_variables)
+  compressor = make_powersgd(config, model.trainable_variables, seed=3)
+  assert compressor.views == ((12, 10), None), compressor.views
+  steps = tf.Variable(0, dtype=tf.int64)
+  train_step = step_lib.make_train_step(model, optimizer, make_gradient_exchange(hvd, config, world),
+                                        precision.for_precision("fp32"), 10, powersgd=compressor,
+                                        compressing=lambda: steps >= config.compression_start)
+  rng = np.random.default_rng(11 + rank)
+  start = compressor.qs[0].numpy().copy()
+  for step in range(3):
+    images = tf.constant(rng.standard_normal((8, 12)).astype(np.float32))
+    labels = tf.constant(rng.integers(0, 10, 8).astype(np.int32))
+    assert bool(train_step(images, labels, tf.constant(0.5)).finite)
+    steps.assign_add(1)
+    assert sync.replicas_identical(hvd, model.trainable_variables + compressor.qs), step
+    assert np.array_equal(compressor.qs[0].numpy(), start) == (step == 0), step  # kept from the start step on
+  mine = compressor.residuals[0].numpy()
+  assert np.abs(mine).max() > 1e-3
+  assert size == 1 or not sync.replicas_identical(hvd, compressor.residuals)
+  compressor.average_residuals(lambda tensors: hvd.grouped_allreduce(tensors, op=hvd.Average, name="psgd_avg"))
+  assert sync.replicas_identical(hvd, compressor.residuals)
+  mean = hvd.allreduce(tf.constant(mine), op=hvd.Average, name="psgd_mean").numpy()
+  np.testing.assert_allclose(compressor.residuals[0].numpy(), mean, rtol=1e-6, atol=1e-7)
