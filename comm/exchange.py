@@ -165,7 +165,8 @@ def make_powersgd(config: CommConfig, variables, seed: int, log=None) -> "powers
     return None
   shapes = [v.shape for v in variables]
   wire = tf.float16 if config.wire == "fp16" else tf.float32
-  compressor = powersgd.PowerSGD(shapes, rank=config.powersgd_rank, wire=wire, seed=seed)
+  compressor = powersgd.PowerSGD(shapes, rank=config.powersgd_rank, wire=wire, seed=seed,
+                                 error_feedback=config.powersgd_error_feedback)
   if log:
     sent = powersgd.wire_bytes(shapes, compressor.views, config.powersgd_rank, wire.size)
     log("powersgd rank %d from step %d: %d of %d gradients compressed; a step sends %.2f MB in two allreduces "

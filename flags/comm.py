@@ -31,6 +31,11 @@ def define() -> None:
       "powersgd_wire", "fp32", POWERSGD_WIRES,
       "--compression=powersgd: the dtype P, Q and the gradients sent whole travel in (fp16: half "
       "the bytes again); the orthogonalisation and the residuals stay float32.")
+  absl_flags.DEFINE_boolean(
+      "powersgd_error_feedback", True,
+      "--compression=powersgd: each rank keeps what its step's approximation left out and adds it to "
+      "its next gradient (nothing lost, only delayed). false drops it: the paper's ablation, for "
+      "measuring what the residual is worth; low ranks then lose accuracy.")
   absl_flags.DEFINE_integer(
       "compression_start", 1000,
       "--compression=powersgd: the steps of the plain exchange before PowerSGD starts (PyTorch's "
@@ -69,6 +74,9 @@ def build(f) -> CommConfig:
   if f.compression_start < 0:
     raise ConfigError(f"--compression_start={f.compression_start} must be 0 or more (steps of the plain exchange "
                       "before PowerSGD); 0 compresses from the first step.")
+  if not f.powersgd_error_feedback and f.compression != "powersgd":
+    raise ConfigError("--powersgd_error_feedback=false drops --compression=powersgd's residuals, and "
+                      f"--compression={f.compression} keeps none; add --compression=powersgd, or drop the flag.")
   if f.powersgd_wire != "fp32" and f.compression != "powersgd":
     raise ConfigError(f"--powersgd_wire={f.powersgd_wire} sets the dtype of --compression=powersgd's payloads, "
                       f"not of --compression={f.compression}; add --compression=powersgd, or drop --powersgd_wire "
@@ -76,4 +84,4 @@ def build(f) -> CommConfig:
   return CommConfig(allreduce=f.allreduce, fusion_threshold_mb=f.fusion_threshold_mb,
                     compression=f.compression, ranks_per_node=f.ranks_per_node,
                     hybrid_cost=f.hybrid_cost, powersgd_rank=f.powersgd_rank, powersgd_wire=f.powersgd_wire,
-                    compression_start=f.compression_start)
+                    compression_start=f.compression_start, powersgd_error_feedback=f.powersgd_error_feedback)

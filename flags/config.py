@@ -148,6 +148,7 @@ class CommConfig:
   powersgd_rank: int = 4             # powersgd: P's and Q's columns
   powersgd_wire: str = "fp32"        # powersgd: fp32 | fp16, the dtype P, Q and the whole vectors travel in
   compression_start: int = 1000      # powersgd: steps of the plain exchange first (PyTorch's start_powerSGD_iter)
+  powersgd_error_feedback: bool = True  # powersgd: keep each rank's residual (False: the paper's ablation)
 
   @property
   def wire(self) -> str:

@@ -15,7 +15,7 @@ def comm_flags(**overrides):
   flags.define_flags()
   values = {name: absl_flags.FLAGS[name].default for name in
             ("allreduce", "fusion_threshold_mb", "compression", "ranks_per_node", "hybrid_cost", "powersgd_rank",
-             "powersgd_wire", "compression_start")}
+             "powersgd_wire", "compression_start", "powersgd_error_feedback")}
   return comm.build(types.SimpleNamespace(**{**values, **overrides}))
 
 
@@ -43,6 +43,15 @@ def test_powersgd_flags(overrides, rank, wire, start):
   config = comm_flags(**overrides)
   assert (config.compression, config.powersgd_rank, config.wire, config.compression_start) == (
       "powersgd", rank, wire, start)
+  assert config.powersgd_error_feedback
+
+
+def test_powersgd_without_error_feedback_keeps_no_residuals():
+  from comm.exchange import make_powersgd
+  import tensorflow as tf
+  config = comm_flags(compression="powersgd", powersgd_error_feedback=False)
+  compressor = make_powersgd(config, [tf.Variable(tf.zeros((64, 32))), tf.Variable(tf.zeros(32))], seed=0)
+  assert not config.powersgd_error_feedback and compressor.residuals == [] and len(compressor.qs) == 1
 
 
 @pytest.mark.parametrize("compression, wire, want", [
@@ -57,6 +66,7 @@ def test_what_float32_travels_as(compression, wire, want):
     ({"compression": "powersgd", "compression_start": -1}, "--compression_start=-1"),
     ({"powersgd_wire": "fp16"}, "--powersgd_wire=fp16"),  # would change nothing without powersgd
     ({"compression": "fp16", "powersgd_wire": "fp16"}, "--compression=powersgd"),
+    ({"powersgd_error_feedback": False}, "--powersgd_error_feedback=false"),
 ])
 def test_bad_powersgd_flags(overrides, needle):
   with pytest.raises(ConfigError) as e:
