@@ -43,7 +43,7 @@ from absl import flags as absl_flags  # noqa: E402
 from flags import train_flags as flags  # noqa: E402  (define_flags, build_config, ...)
 import comm  # noqa: E402
 from comm import sync  # noqa: E402
-from comm.exchange import make_gradient_exchange, make_powersgd  # noqa: E402
+from comm.exchange import make_compression, make_gradient_exchange  # noqa: E402
 from input import pipeline  # noqa: E402
 from models import build_model  # noqa: E402
 from optimizers import adascale, build_optimizer, precision, schedules  # noqa: E402
@@ -88,9 +88,13 @@ def train(stop_request: signals.StopRequest):
   log = mode.log  # lines on rank 0 (--elastic: rank 0 of the world of the moment)
   data = input_for(config, world, mode, scanned)
   model, optimizer, loss_scale = model_and_optimizer(config, data.info, log)
-  # --compression=powersgd's residuals and Qs (None otherwise): checkpointed, broadcast and committed with the weights.
-  powersgd = make_powersgd(config.comm, model.trainable_variables, config.run.seed, log)
+  # PowerSGD's residuals and Qs (None without it): checkpointed, broadcast and committed with the weights.
+  # --compression=auto chooses here whether and where PowerSGD pays (comm/compression_choice.py), from a
+  # probe and encode times agreed over ranks, so every rank makes the same choice.
+  compression = make_compression(hvd, config.comm, world, model.trainable_variables, config.run.seed, log)
+  powersgd = compression.powersgd
   step_var, saver = restore(config, world, mode, model, optimizer, loss_scale, powersgd, data)
+  config = dataclasses.replace(config, comm=compression.config)  # auto resolved; config.json keeps it as given
   variables = model.variables + optimizer.variables + [step_var] + list(powersgd.variables if powersgd else [])
   mode.start(variables)
   watchdog.progress(int(step_var), "setup", timed=False)
@@ -111,7 +115,8 @@ def train(stop_request: signals.StopRequest):
       writers.setdefault("tb", tf.summary.create_file_writer(os.path.join(config.run.model_dir, "tb")))
     if noise:  # the estimates of the checkpoint or commit this world starts from, alike on every rank
       noise.restore(course.position.noise)
-    exchange = make_gradient_exchange(hvd, config.comm, world, log)  # hybrid probes the links here
+    # hybrid probes the links here, unless --compression=auto did at start-up (its model is reused)
+    exchange = make_gradient_exchange(hvd, config.comm, world, log, model=compression.cost)
     # The step users run and the benchmarks time (training/step.py): with --accumulation_steps=K, K
     # micro-batches per rank, then one exchange (the one place gradients cross ranks) and one update.
     # Horovod: the noise scale's per-rank squared norm averaged in one small allreduce (training/step.py).
@@ -197,7 +202,7 @@ def train(stop_request: signals.StopRequest):
                       variables=variables + [loss_scale.scale, loss_scale.good_steps])
   except (flags.ConfigError, checkpoints.CheckpointError, NoProgress) as e:  # the checkpoints stay intact
     fail(str(e))
-  finish(result, model, saver, watchdog, stop_request, mode, data.info, noise, controller)
+  finish(result, model, saver, watchdog, stop_request, mode, data.info, noise, controller, compression.summary)
 
 
 # ------------------------------------------------------------------ setup --
@@ -288,16 +293,17 @@ def restore(config, world, mode, model, optimizer, loss_scale, powersgd, data):
 
 
 # ---------------------------------------------------------- summary, export --
-def finish(result: modes.WorldRun, model, saver, watchdog, stop_request, mode, info, noise, controller):
-  """summary.json, the SavedModel and the last lines on rank 0; every rank exits with the run's status."""
+def finish(result: modes.WorldRun, model, saver, watchdog, stop_request, mode, info, noise, controller, compression):
+  """summary.json, the SavedModel and the last lines on rank 0; every rank exits with the run's status.
+  compression: summary.json's `compression` entry (comm.exchange.Compression.summary)."""
   ending, world, config = result.ending, result.world, result.config
   identical = sync.replicas_identical(hvd, model.trainable_variables)
   if not identical:
     logging.warning("ranks hold different weights after training: a rank diverged")
   summary = report.summary(ending, config, world, info.name, plan=result.plan, images_per_sec=result.images_per_sec,
                            identical=identical, wall_seconds=time.time() - START,
-                           extra={**mode.summary_keys(), **report.noise_keys(noise, ending),
-                                  **report.adascale_keys(ending, config, info),
+                           extra={**mode.summary_keys(), "compression": compression,
+                                  **report.noise_keys(noise, ending), **report.adascale_keys(ending, config, info),
                                   **({"batch_policy": controller.summary()} if controller else {})})
   # summary.json first: a failed export or a kill during it (minutes for ResNet-50) loses nothing else.
   if world.is_chief:

@@ -163,6 +163,16 @@ def choose(model: CostModel, world: World, nbytes: float, tensors: int = 1) -> t
   return ("hier", hier) if hier < flat else ("flat", flat)
 
 
+def bucket_time(model: CostModel, world: World, algorithm: str, nbytes: float, tensors: int = 1) -> float:
+  """Seconds of one fused bucket as --allreduce=algorithm sends it: hybrid's choice, hier, or one
+  allreduce over every rank (flat, and horovod, whose own fusion sends a buffer as flat does)."""
+  if algorithm == "hybrid":
+    return choose(model, world, nbytes, tensors)[1]
+  if algorithm == "hier":
+    return hier_time(model, world, nbytes, tensors)
+  return flat_time(model, world, nbytes)
+
+
 def fit(ranks: int, points: Sequence[tuple[float, float]], sharing: int = 1) -> Link:
   """The Link through timings (bytes, seconds) of allreduce_time(link, ranks, bytes, sharing)
   with the least squared RELATIVE error.

@@ -20,11 +20,16 @@ ops are asynchronous kernels).
 --compression=powersgd (comm/powersgd.py) compresses before fusion: its P's with
 the gradients it sends whole, then its Q's, each go through this exchange as one
 call of their own (GradientExchange.compressed), so they travel by the chosen
-algorithm in few buckets like any gradients.
+algorithm in few buckets like any gradients. --compression=auto
+(comm/compression_choice.py) decides at start-up, by the exchange's cost model,
+which matrices PowerSGD compresses, if any (make_compression).
 """
+import dataclasses
+import os
+
 import tensorflow as tf
 
-from comm import cost_model, fusion, hierarchical, powersgd, probe
+from comm import compression_choice, cost_model, fusion, hierarchical, powersgd, probe
 from comm.topology import World
 from flags.config import CommConfig
 
@@ -142,30 +147,47 @@ def describe(plan: list[dict]) -> str:
   return " ".join(f"{p['algorithm']}:{p['bytes'] / fusion.MB:.1f}" for p in plan)
 
 
-def make_gradient_exchange(hvd, config: CommConfig, world: World, log=None) -> GradientExchange:
+def cost_of(hvd, config: CommConfig, world: World) -> cost_model.CostModel:
+  """The CostModel this job's exchange is priced by: --hybrid_cost when given, else probed (a
+  collective, on every rank; a second or so): each level under hier and hybrid (probe.measure),
+  the one allreduce over every rank under flat and horovod (probe.measure_flat)."""
+  if config.hybrid_cost != "probe":
+    return cost_model.parse(config.hybrid_cost)
+  if config.allreduce in ("hier", "hybrid"):
+    return probe.measure(hvd, world, hierarchical.register(hvd, world))
+  return probe.measure_flat(hvd, world)
+
+
+def make_gradient_exchange(hvd, config: CommConfig, world: World, log=None,
+                           model: cost_model.CostModel | None = None) -> GradientExchange:
   """The exchange of this job. hier and hybrid add their process sets (a collective, on every
-  rank); hybrid without --hybrid_cost probes each level first (a second or so)."""
-  groups = model = None
+  rank); hybrid prices its buckets by `model`, else by cost_of's (--compression=auto's, made at
+  start-up, is passed here: one probe, one model for both choices)."""
+  groups = None
   if config.allreduce in ("hier", "hybrid"):
     groups = hierarchical.register(hvd, world)
-  if config.allreduce == "hybrid":
-    model = cost_model.parse(config.hybrid_cost) if config.hybrid_cost != "probe" else probe.measure(hvd, world, groups)
-    if log:
-      log("hybrid cost model: in node %.0f us + %.2f GB/s per rank, across nodes %.0f us + %.2f GB/s per host "
-          "link, flat as %s", model.intra.alpha * 1e6, model.intra.gbps, model.inter.alpha * 1e6, model.inter.gbps,
-          model.flat)
+  if config.allreduce != "hybrid":
+    model = None
+  elif model is None:
+    model = cost_of(hvd, config, world)
+  if model is not None and log:
+    log("hybrid cost model: in node %.0f us + %.2f GB/s per rank, across nodes %.0f us + %.2f GB/s per host "
+        "link, flat as %s", model.intra.alpha * 1e6, model.intra.gbps, model.inter.alpha * 1e6, model.inter.gbps,
+        model.flat)
   return GradientExchange(hvd, config, world, groups, model, log)
 
 
-def make_powersgd(config: CommConfig, variables, seed: int, log=None) -> "powersgd.PowerSGD | None":
-  """--compression=powersgd's state for the gradients of `variables` (their static shapes), None
-  under any other compression. Made before the checkpoint is restored (it holds the state); its Qs
-  start from a draw seeded alike on every rank. Logs what one compressed step sends."""
-  if config.compression != "powersgd":
+def make_powersgd(config: CommConfig, variables, seed: int, log=None, mask=None) -> "powersgd.PowerSGD | None":
+  """PowerSGD's state for the gradients of `variables` (their static shapes) under
+  --compression=powersgd, or auto with its choice of matrices as mask (None: every one the plan
+  allows); None under the other compressions. Made before the checkpoint is restored (it holds
+  the state); its Qs start from a draw seeded alike on every rank. Logs what one compressed step
+  sends."""
+  if config.compression not in ("powersgd", "auto"):
     return None
   shapes = [v.shape for v in variables]
-  wire = tf.float16 if config.wire == "fp16" else tf.float32
-  compressor = powersgd.PowerSGD(shapes, rank=config.powersgd_rank, wire=wire, seed=seed,
+  wire = tf.float16 if config.powersgd_wire == "fp16" else tf.float32
+  compressor = powersgd.PowerSGD(shapes, rank=config.powersgd_rank, wire=wire, seed=seed, mask=mask,
                                  error_feedback=config.powersgd_error_feedback)
   if log:
     sent = powersgd.wire_bytes(shapes, compressor.views, config.powersgd_rank, wire.size)
@@ -175,3 +197,74 @@ def make_powersgd(config: CommConfig, variables, seed: int, log=None) -> "powers
         sent.first / fusion.MB, sent.second / fusion.MB, sent.uncompressed / fusion.MB,
         sent.uncompressed / max(sent.compressed, 1), wire.name)
   return compressor
+
+
+HOROVOD_FUSION_BYTES = 128 * fusion.MB  # Horovod's HOROVOD_FUSION_THRESHOLD default: --allreduce=horovod's buckets
+
+
+def fusion_bytes(config: CommConfig) -> int:
+  """The bucket size of this job's exchange in bytes: --fusion_threshold_mb, or under horovod Horovod's own."""
+  if config.allreduce == "horovod":
+    return int(os.environ.get("HOROVOD_FUSION_THRESHOLD", HOROVOD_FUSION_BYTES))
+  return int(config.fusion_threshold_mb * fusion.MB)
+
+
+@dataclasses.dataclass(frozen=True)
+class Compression:
+  """What --compression settled on at start-up. config: the exchange's settings (auto that
+  compresses nothing: exactly --compression=none's); powersgd: PowerSGD's state (None: no
+  compression step, no state); cost: the CostModel auto priced with (None otherwise), for
+  make_gradient_exchange to reuse; summary: summary.json's `compression` entry."""
+  config: CommConfig
+  powersgd: "powersgd.PowerSGD | None"
+  cost: "cost_model.CostModel | None"
+  summary: dict
+
+
+def make_compression(hvd, config: CommConfig, world: World, variables, seed: int, log=None) -> Compression:
+  """The compression of this job. powersgd and the others as given; auto prices each planned
+  matrix both ways (comm/compression_choice.py) by cost_of's model and encode times measured here
+  (a few seconds at most, probe.encode_seconds), logs one line with what it chose and why, and
+  runs PowerSGD over the chosen matrices or, if none pays, is exactly --compression=none. Unlike
+  powersgd, the gradients auto sends whole keep their own dtype (CommConfig.wire), as under none:
+  --powersgd_wire is P's and Q's only, so the choice is PowerSGD's alone, not fp16's.
+
+  Collectives on every rank under auto: the probe, and one allreduce (Max) of the encode times,
+  which differ between ranks; the choice is then made from values every rank holds alike, so
+  every rank enters the same collectives in each step."""
+  if config.compression != "auto":
+    compressor = make_powersgd(config, variables, seed, log)
+    entry = {"kind": config.compression}
+    if compressor is not None:
+      sent = powersgd.wire_bytes([v.shape for v in variables], compressor.views, config.powersgd_rank,
+                                 compressor.wire.size)
+      entry.update(rank=config.powersgd_rank, layers_compressed=sum(v is not None for v in compressor.views),
+                   bytes_per_step={"uncompressed": sent.uncompressed, "compressed": sent.compressed})
+    return Compression(config, compressor, None, entry)
+  shapes = [v.shape for v in variables]
+  wire = tf.float16 if config.powersgd_wire == "fp16" else tf.float32
+  views = powersgd.plan(shapes, config.powersgd_rank)
+  model = cost_of(hvd, config, world)
+  own = probe.encode_seconds(views, config.powersgd_rank, wire, config.powersgd_error_feedback)
+  # Horovod: the slowest rank's times, so every rank chooses alike (inf, unmeasured somewhere, stays inf).
+  agreed = hvd.allreduce(tf.constant(own, tf.float64), op=hvd.Max, name="auto_encode_seconds").numpy().tolist()
+  dtype = wire_dtype(tf.as_dtype(variables[0].dtype), "none").name if variables else "float32"
+  choice = compression_choice.choose(
+      shapes, views, config.powersgd_rank, agreed, threshold=fusion_bytes(config), dtype=dtype, wire=wire.name,
+      price=lambda nbytes, tensors: cost_model.bucket_time(model, world, config.allreduce, nbytes, tensors))
+  chosen = choice.chosen
+  if log:
+    log("compression auto (%s over %d ranks, %s: %s): %s%s", config.allreduce, world.size,
+        "--hybrid_cost" if config.hybrid_cost != "probe" else "probed", describe_model(model, world),
+        choice.describe(), f"; from step {config.compression_start}" if chosen.layers else "")
+  entry = {"kind": "auto", "wire": wire.name, **choice.summary()}
+  if not chosen.layers:
+    return Compression(dataclasses.replace(config, compression="none"), None, model, entry)
+  return Compression(config, make_powersgd(config, variables, seed, mask=chosen.mask), model, entry)
+
+
+def describe_model(model: cost_model.CostModel, world: World) -> str:
+  """One flat allreduce of this world as the model prices it: 'N us + G GB/s a call' (GB/s of the buffer)."""
+  alpha = cost_model.flat_time(model, world, 0)
+  per_byte = cost_model.flat_time(model, world, 1) - alpha
+  return f"{alpha * 1e6:.0f} us + {1e-9 / per_byte if per_byte else float('inf'):.3g} GB/s a call"

@@ -24,6 +24,11 @@ orthonormal Q, P has the scale of M. Vectors (biases, BatchNorm) and matrices to
 bytes travel whole in the first allreduce and keep no state: their residual would be this rank's
 gradient minus the mean, which averages to zero over ranks and so changes no update.
 
+A mask (--compression=auto, comm/compression_choice.py) compresses only some of the planned
+matrices; the others travel whole in the first allreduce, as vectors do. Their Qs and residuals are
+still kept, untouched: the state is the plan's whatever the mask, so a run resumed with another
+choice (timings vary between start-ups) restores the checkpoint all the same.
+
 The step is split from its state update (PowerSGD.__call__ returns the update, apply assigns
 it) because the finite verdict of an fp16 step is taken on the exchanged gradients this module
 produces (training/step.py): a skipped step must leave residuals and Qs as they were.
@@ -104,7 +109,9 @@ class PowerSGD(tf.Module):
   variables). rank: r, P's and Q's columns. error_feedback: keep each rank's residual (False:
   none kept, the paper's ablation). wire: dtype of P and Q in the allreduces (tf.float16 halves
   them); M, the QR, Q and residuals stay fp32. seed: Q's start, a stateless normal draw seeded
-  (seed, gradient index), so every rank draws the same Q.
+  (seed, gradient index), so every rank draws the same Q. mask: per gradient, whether to
+  compress it where the plan can (None: every planned matrix). views: what is compressed;
+  planned: the plan, whose every matrix keeps its state (Q, residual) whatever the mask.
 
   The variables (qs, residuals) are made here, outside any tf.function, and are this module's,
   so tf.train.Checkpoint(powersgd=...) saves and restores them. The steps are graph-friendly:
@@ -112,16 +119,23 @@ class PowerSGD(tf.Module):
   """
 
   def __init__(self, shapes, rank: int = 1, min_ratio: float = 2.0, error_feedback: bool = True,
-               wire: tf.DType = tf.float32, seed: int = 0, name: str = "powersgd"):
+               wire: tf.DType = tf.float32, seed: int = 0, mask=None, name: str = "powersgd"):
     super().__init__(name=name)
     self.rank, self.error_feedback, self.wire = rank, error_feedback, wire
-    self.views = tuple(plan(shapes, rank, min_ratio))
-    compressed = [(i, view) for i, view in enumerate(self.views) if view]
+    self.planned = tuple(plan(shapes, rank, min_ratio))
+    if mask is not None and len(mask) != len(self.planned):
+      raise ValueError(f"PowerSGD's mask has {len(mask)} entries for {len(self.planned)} gradients.")
+    keep = [True] * len(self.planned) if mask is None else mask
+    self.views = tuple(view if k else None for view, k in zip(self.planned, keep))
+    planned = [(i, view) for i, view in enumerate(self.planned) if view]
     with self.name_scope:
       self.qs = [tf.Variable(tf.random.stateless_normal((m, rank), seed=(seed, i)), trainable=False, name=f"q_{i}")
-                 for i, (n, m) in compressed]
+                 for i, (n, m) in planned]
       self.residuals = [tf.Variable(tf.zeros((n, m)), trainable=False, name=f"residual_{i}")
-                        for i, (n, m) in compressed if error_feedback]
+                        for i, (n, m) in planned if error_feedback]
+    # Per compressed gradient in gradient order, its place in qs (and residuals).
+    slot = {i: s for s, (i, _) in enumerate(planned)}
+    self._slots = [slot[i] for i, view in enumerate(self.views) if view]
 
   def __call__(self, grads, allreduce_mean):
     """One step. allreduce_mean(list of tensors) -> their means over ranks is called twice: the
@@ -138,18 +152,19 @@ class PowerSGD(tf.Module):
     the whole payload at once."""
     if len(grads) != len(self.views):
       raise ValueError(f"PowerSGD was planned for {len(self.views)} gradients, got {len(grads)}.")
-    qs, residuals = iter(self.qs), iter(self.residuals)
+    slots = iter(self._slots)
     ms, payload = [], []
     for g, view in zip(grads, self.views):
       if view is None:
         ms.append(None)
         payload.append(g)
         continue
+      slot = next(slots)
       m = tf.reshape(tf.cast(g, tf.float32), view)
       if self.error_feedback:
-        m += next(residuals)
+        m += self.residuals[slot]
       ms.append(m)
-      payload.append(tf.cast(tf.matmul(m, orthonormal(next(qs))), self.wire))
+      payload.append(tf.cast(tf.matmul(m, orthonormal(self.qs[slot])), self.wire))
     return ms, payload
 
   def compute_q(self, ms, first):
@@ -187,15 +202,16 @@ class PowerSGD(tf.Module):
   def state(self) -> Update:
     """The kept Qs and residuals as an Update: what a step that did not compress hands on (the
     plain exchange's branch before --compression_start, training/step.py)."""
-    return Update([q.read_value() for q in self.qs], [r.read_value() for r in self.residuals])
+    return Update([self.qs[s].read_value() for s in self._slots],
+                  [self.residuals[s].read_value() for s in self._slots if self.error_feedback])
 
   def apply(self, update: Update) -> None:
     """Keep a taken step's Qs (warm start) and residuals; call it only for a step the optimizer
     applied (under the same tf.cond), so a skipped step leaves the state as it was."""
-    for variable, value in zip(self.qs, update.qs):
-      variable.assign(value)
-    for variable, value in zip(self.residuals, update.residuals):
-      variable.assign(value)
+    for slot, value in zip(self._slots, update.qs):
+      self.qs[slot].assign(value)
+    for slot, value in zip(self._slots, update.residuals):
+      self.residuals[slot].assign(value)
 
   def average_residuals(self, allreduce_mean) -> None:
     """Set every residual to its mean over ranks (a collective: every rank calls it), so every

@@ -4,6 +4,8 @@ from absl import flags as absl_flags
 from comm import cost_model
 from flags.config import ALGORITHMS, COMPRESSIONS, POWERSGD_WIRES, CommConfig, ConfigError
 
+POWERSGD = ("powersgd", "auto")  # the compressions that may run PowerSGD, and read its flags
+
 
 def define() -> None:
   absl_flags.DEFINE_enum(
@@ -21,24 +23,27 @@ def define() -> None:
       "fp16: float32 gradients travel as float16 (half the bytes) and are cast back after the "
       "collective; powersgd: each weight matrix's gradient travels as a rank --powersgd_rank "
       "approximation P Q^T in two allreduces, with error feedback (Vogels et al. 2019; "
-      "docs/communication.md), from step --compression_start on. Any algorithm.")
+      "docs/communication.md), from step --compression_start on; auto: powersgd on the matrices "
+      "where the cost model (probed at start-up, or --hybrid_cost) with encode times measured at "
+      "start-up predicts it pays, none if nowhere (one line at start-up says why). Any algorithm.")
   absl_flags.DEFINE_integer(
       "powersgd_rank", 4,
-      "--compression=powersgd: the columns of P and Q. Higher sends more and approximates better "
+      "--compression=powersgd or auto: the columns of P and Q. Higher sends more and approximates better "
       "(the authors' advice where rank 4 lost accuracy); a matrix that would not shrink by half "
       "at this rank, and every vector, travels whole.")
   absl_flags.DEFINE_enum(
       "powersgd_wire", "fp32", POWERSGD_WIRES,
-      "--compression=powersgd: the dtype P, Q and the gradients sent whole travel in (fp16: half "
-      "the bytes again); the orthogonalisation and the residuals stay float32.")
+      "--compression=powersgd or auto: the dtype P and Q travel in (fp16: half the bytes again), and "
+      "under powersgd the gradients it sends whole too (auto sends those as none does); the "
+      "orthogonalisation and the residuals stay float32.")
   absl_flags.DEFINE_boolean(
       "powersgd_error_feedback", True,
-      "--compression=powersgd: each rank keeps what its step's approximation left out and adds it to "
+      "--compression=powersgd or auto: each rank keeps what its step's approximation left out and adds it to "
       "its next gradient (nothing lost, only delayed). false drops it: the paper's ablation, for "
       "measuring what the residual is worth; low ranks then lose accuracy.")
   absl_flags.DEFINE_integer(
       "compression_start", 1000,
-      "--compression=powersgd: the steps of the plain exchange before PowerSGD starts (PyTorch's "
+      "--compression=powersgd or auto: the steps of the plain exchange before PowerSGD starts (PyTorch's "
       "start_powerSGD_iter and its default): early training is sensitive to approximate "
       "gradients, so set it past the LR warmup (the schedule's line at start-up gives its steps); "
       "0 compresses from the first step.")
@@ -48,7 +53,8 @@ def define() -> None:
       "consecutive ranks N by N, e.g. to emulate 2 nodes of 2 ranks on one host with -np 4.")
   absl_flags.DEFINE_string(
       "hybrid_cost", "probe",
-      "hybrid's cost model: 'probe' (time a few collectives per level at start-up) or "
+      "The cost model of hybrid and of --compression=auto: 'probe' (time a few collectives at "
+      "start-up) or "
       "'ALPHA_INTRA_US,GBPS_INTRA,ALPHA_INTER_US,GBPS_INTER[,mpi|ring]', latency in microseconds "
       "per collective, bandwidth in GB/s (across nodes: per host link), and the flat allreduce's "
       "model (mpi: Open MPI's hierarchy-aware one, the default; ring: Gloo's or NCCL's), e.g. "
@@ -74,10 +80,10 @@ def build(f) -> CommConfig:
   if f.compression_start < 0:
     raise ConfigError(f"--compression_start={f.compression_start} must be 0 or more (steps of the plain exchange "
                       "before PowerSGD); 0 compresses from the first step.")
-  if not f.powersgd_error_feedback and f.compression != "powersgd":
+  if not f.powersgd_error_feedback and f.compression not in POWERSGD:
     raise ConfigError("--powersgd_error_feedback=false drops --compression=powersgd's residuals, and "
                       f"--compression={f.compression} keeps none; add --compression=powersgd, or drop the flag.")
-  if f.powersgd_wire != "fp32" and f.compression != "powersgd":
+  if f.powersgd_wire != "fp32" and f.compression not in POWERSGD:
     raise ConfigError(f"--powersgd_wire={f.powersgd_wire} sets the dtype of --compression=powersgd's payloads, "
                       f"not of --compression={f.compression}; add --compression=powersgd, or drop --powersgd_wire "
                       "(--compression=fp16 sends whole gradients as float16).")

@@ -17,7 +17,7 @@ class ConfigError(ValueError):
 
 
 ALGORITHMS = ("horovod", "flat", "hier", "hybrid")
-COMPRESSIONS = ("none", "fp16", "powersgd")
+COMPRESSIONS = ("none", "fp16", "powersgd", "auto")  # auto: powersgd where the cost model says it pays
 POWERSGD_WIRES = ("fp32", "fp16")  # the dtype of --compression=powersgd's payloads
 OPTIMIZERS = ("sgd", "lars")
 LR_SCHEDULES = ("step", "poly", "cosine")
@@ -142,10 +142,10 @@ class OptimConfig:
 class CommConfig:
   allreduce: str = "horovod"
   fusion_threshold_mb: float = 32.0  # bucket size of flat/hier/hybrid, MB (2^20 bytes)
-  compression: str = "none"          # none | fp16 (dtype on the wire) | powersgd (comm/powersgd.py)
+  compression: str = "none"          # none | fp16 (dtype on the wire) | powersgd (comm/powersgd.py) | auto
   ranks_per_node: int = 0            # 0: the hosts' own layout
   hybrid_cost: str = "probe"         # probe | ALPHA_INTRA_US,GBPS_INTRA,ALPHA_INTER_US,GBPS_INTER[,mpi|ring]
-  powersgd_rank: int = 4             # powersgd: P's and Q's columns
+  powersgd_rank: int = 4             # powersgd, auto: P's and Q's columns
   powersgd_wire: str = "fp32"        # powersgd: fp32 | fp16, the dtype P, Q and the whole vectors travel in
   compression_start: int = 1000      # powersgd: steps of the plain exchange first (PyTorch's start_powerSGD_iter)
   powersgd_error_feedback: bool = True  # powersgd: keep each rank's residual (False: the paper's ablation)
@@ -153,7 +153,8 @@ class CommConfig:
   @property
   def wire(self) -> str:
     """What float32 gradients travel as, in comm.exchange.wire_dtype's terms: 'fp16' under
-    --compression=fp16 and under powersgd with --powersgd_wire=fp16, else 'none'."""
+    --compression=fp16 and under powersgd with --powersgd_wire=fp16, else 'none': auto sends
+    what it leaves whole as none does (comm.exchange.make_compression)."""
     fp16 = self.compression == "fp16" or (self.compression == "powersgd" and self.powersgd_wire == "fp16")
     return "fp16" if fp16 else "none"
 

@@ -33,9 +33,13 @@ def build_config(f, world: World) -> Config:
   """
   data_config = data.build(f, world)
   run_config, optim_config, comm_config = run.build(f), optim.build(f, data_config.batch_size), comm.build(f)
+  faults_config = faults.build(f)
   _check_adascale(optim_config, run_config, data_config, comm_config, world)
+  if faults_config.elastic and comm_config.compression == "auto":
+    raise ConfigError("--compression=auto chooses at start-up for the links of one world, and --elastic changes "
+                      "the world; choose --compression=powersgd or none with --elastic.")
   return Config(run=run_config, data=data_config, model=model.build(f),
-                optim=optim_config, comm=comm_config, faults=faults.build(f),
+                optim=optim_config, comm=comm_config, faults=faults_config,
                 evaluation=evaluation.build(f, data_config.dataset), world=world)
 
 
@@ -50,9 +54,10 @@ def _check_adascale(optim_config, run_config, data_config, comm_config, world: W
   if not run_config.noise_scale:
     raise ConfigError("--lr_scaling=adascale takes its gain from the gradient noise scale; drop "
                       "--noise_scale=false.")
-  if comm_config.compression == "powersgd":  # the noise scale's big batch is the exchanged mean gradient
+  if comm_config.compression in comm.POWERSGD:  # the noise scale's big batch is the exchanged mean gradient
     raise ConfigError("--lr_scaling=adascale takes its gain from the norm of the exchanged mean gradient, which "
-                      "--compression=powersgd replaces by a low-rank approximation; drop one of the two.")
+                      f"--compression={comm_config.compression} replaces by a low-rank approximation; drop one of "
+                      "the two.")
   if world.size == 1 and data_config.accumulation_steps == 1 and not data_config.adaptive:  # adaptive: K >= 2 there
     raise ConfigError(f"--lr_scaling=adascale at global batch {data_config.global_batch} (base batch "
                       f"{optim_config.base_batch}) needs the noise scale, which one rank measures only with "

@@ -109,9 +109,9 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
   is traced once for every K (accumulation_steps is ignored): the controller's changes of K
   (training/batch_control.py) cost no retrace.
 
-  powersgd (--compression=powersgd): comm/powersgd.py's PowerSGD, whose step goes through
-  exchange.compressed (comm's GradientExchange); its new residuals and Qs are kept only by a step
-  whose update is applied. compressing() -> a scalar bool tensor, whether this step compresses
+  powersgd (--compression=powersgd, or auto where it chose to compress): comm/powersgd.py's
+  PowerSGD, whose step goes through exchange.compressed (comm's GradientExchange); its new
+  residuals and Qs are kept only by a step whose update is applied. compressing() -> a scalar bool tensor, whether this step compresses
   (train.py: the checkpointed step >= --compression_start); None: every step does. Both ways are
   in the one traced step, a tf.cond between them: another traced function for the steps from the
   start on would be traced mid-run, taking many steps' time that the watchdog allows no step.

@@ -224,3 +224,13 @@ def test_probe_fits_the_inter_level_per_host_link(monkeypatch, gloo, flat):
   assert got.intra.alpha == pytest.approx(intra.alpha) and got.intra.beta == pytest.approx(intra.beta)
   assert got.inter.alpha == pytest.approx(inter.alpha) and got.inter.beta == pytest.approx(inter.beta)
   assert got.flat == flat
+
+
+@pytest.mark.parametrize("algorithm, want", [
+    ("flat", 2e-3 + 0.1 + 1.0),                         # one allreduce over every rank
+    ("horovod", 2e-3 + 0.1 + 1.0),                      # Horovod's own fusion: a flat buffer
+    ("hier", 2 * (1e-3 + 0.05) + 2e-3 + 1.0),
+    ("hybrid", 2e-3 + 0.1 + 1.0),                       # the cheaper: flat
+])
+def test_bucket_time_as_each_algorithm_sends_it(algorithm, want):
+  assert cost_model.bucket_time(M, TWO_BY_TWO, algorithm, N) == pytest.approx(want)

@@ -1,10 +1,12 @@
 """comm/exchange.py: the dtype gradients travel in, the plan's description, and (over a stand-in
-for Horovod on one rank) the names and plans of its calls, PowerSGD's two among them."""
+for Horovod on one rank) the names and plans of its calls, PowerSGD's two among them, and what
+--compression=auto settles on."""
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from comm.exchange import GradientExchange, describe, make_powersgd, wire_dtype
+from comm.exchange import GradientExchange, describe, make_compression, make_powersgd, wire_dtype
+from comm.topology import World
 from flags.config import CommConfig
 
 
@@ -26,7 +28,7 @@ def test_describe_plan():
 class OneRank:
   """Horovod's collectives on one rank (each mean is its input), recording every call's tensor
   name and the dtypes it sends."""
-  Average = "average"
+  Average, Max = "average", "max"
 
   def __init__(self):
     self.calls = []
@@ -84,3 +86,52 @@ def test_powersgd_sends_ps_with_the_whole_vectors_then_qs_in_two_calls():
 
 def test_no_powersgd_without_its_compression():
   assert make_powersgd(CommConfig(compression="fp16"), [tf.Variable(tf.zeros((8, 8)))], seed=0) is None
+
+
+# 2 hosts x 1 rank, 300 us a call: 0.5 Gbit/s per host link (slow) or 100 (fast); 5 GB/s in a node.
+SLOW, FAST = "300,5,300,0.0625", "300,5,300,12.5"
+TWO_HOSTS = World(size=2, local_size=1, cross_size=2)
+
+
+def auto(hybrid_cost, **settings):
+  """make_compression under --compression=auto for a (256, 256) kernel, its bias and a (3, 3, 1, 2)
+  kernel too small to compress at rank 2, over the stand-in; (Compression, the lines it logged)."""
+  lines = []
+  config = CommConfig("flat", compression="auto", powersgd_rank=2, hybrid_cost=hybrid_cost, **settings)
+  variables = [tf.Variable(tf.zeros(s)) for s in [(256, 256), (256,), (3, 3, 1, 2)]]
+  compression = make_compression(OneRank(), config, TWO_HOSTS, variables, seed=0,
+                                 log=lambda fmt, *args: lines.append(fmt % args))
+  return compression, lines
+
+
+def test_auto_compresses_on_a_slow_link():
+  compression, lines = auto(SLOW, powersgd_wire="fp16")
+  assert compression.config.compression == "auto" and compression.config.wire == "none"  # whole ones stay fp32
+  assert compression.powersgd.views == ((256, 256), None, None) and compression.powersgd.wire == tf.float16
+  assert compression.cost.inter.gbps == pytest.approx(0.0625)  # the model, for the exchange to reuse
+  entry = compression.summary
+  assert (entry["kind"], entry["chose"], entry["layers_compressed"]) == ("auto", "powersgd", 1)
+  assert entry["wire"] == "float16"
+  # P and Q: 2 x 2 x 256 in fp16, beside the bias and the small kernel whole in fp32
+  assert entry["chosen"]["bytes_per_step"] == 2 * 2 * 2 * 256 + 4 * (256 + 18)
+  assert entry["uncompressed"]["bytes_per_step"] == 4 * (256 * 256 + 256 + 18)
+  assert len(lines) == 1
+  assert lines[0].startswith("compression auto (flat over 2 ranks, --hybrid_cost: 300 us + 0.0625 GB/s a call): PowerSGD")
+  assert "PowerSGD rank 2 on 1 of 1 matrices" in lines[0] and lines[0].endswith("from step 1000")
+
+
+def test_auto_on_a_fast_link_is_exactly_none():
+  compression, lines = auto(FAST)
+  assert compression.powersgd is None and compression.config == CommConfig(
+      "flat", compression="none", powersgd_rank=2, hybrid_cost=FAST)
+  assert compression.summary["chose"] == "none" and compression.summary["layers_compressed"] == 0
+  assert "every gradient whole: 0.25 MB whole in" in lines[0]
+
+
+def test_other_compressions_record_their_kind():
+  variables = [tf.Variable(tf.zeros((64, 64)))]
+  assert make_compression(OneRank(), CommConfig(), TWO_HOSTS, variables, seed=0).summary == {"kind": "none"}
+  entry = make_compression(OneRank(), CommConfig(compression="powersgd", powersgd_rank=2), TWO_HOSTS, variables,
+                           seed=0).summary
+  assert entry == {"kind": "powersgd", "rank": 2, "layers_compressed": 1,
+                   "bytes_per_step": {"uncompressed": 4 * 64 * 64, "compressed": 4 * 2 * 2 * 64}}

@@ -38,11 +38,13 @@ def test_the_defaults_are_the_configs():
     ({"compression": "powersgd"}, 4, "none", 1000),  # PyTorch's start_powerSGD_iter
     ({"compression": "powersgd", "powersgd_rank": 1, "compression_start": 0}, 1, "none", 0),
     ({"compression": "powersgd", "powersgd_wire": "fp16", "allreduce": "hier"}, 4, "fp16", 1000),
+    # auto reads PowerSGD's flags too; what it sends whole travels as under none (comm.exchange.make_compression)
+    ({"compression": "auto", "powersgd_wire": "fp16", "powersgd_rank": 2}, 2, "none", 1000),
 ])
 def test_powersgd_flags(overrides, rank, wire, start):
   config = comm_flags(**overrides)
   assert (config.compression, config.powersgd_rank, config.wire, config.compression_start) == (
-      "powersgd", rank, wire, start)
+      overrides["compression"], rank, wire, start)
   assert config.powersgd_error_feedback
 
 
@@ -56,6 +58,7 @@ def test_powersgd_without_error_feedback_keeps_no_residuals():
 
 @pytest.mark.parametrize("compression, wire, want", [
     ("none", "fp32", "none"), ("fp16", "fp32", "fp16"), ("powersgd", "fp32", "none"), ("powersgd", "fp16", "fp16"),
+    ("auto", "fp16", "none"),
 ])
 def test_what_float32_travels_as(compression, wire, want):
   assert CommConfig(compression=compression, powersgd_wire=wire).wire == want

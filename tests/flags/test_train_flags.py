@@ -72,6 +72,9 @@ def test_defaults_are_valid(tmp_path):
     ({"max_global_batch": 512}, World(size=2), "--batch_policy=adaptive"),
     # AdaScale's gain reads the exchanged mean gradient's norm, which PowerSGD approximates.
     ({"lr_scaling": "adascale", "base_batch": 8, "compression": "powersgd"}, World(size=2), "--compression=powersgd"),
+    ({"lr_scaling": "adascale", "base_batch": 8, "compression": "auto"}, World(size=2), "--compression=auto"),
+    # auto prices one world's links at start-up; --elastic changes the world.
+    ({"compression": "auto", "elastic": True}, World(size=2), "--compression=auto"),
 ])
 def test_bad_flags(overrides, world, must_name):
   message = error(world, **overrides)

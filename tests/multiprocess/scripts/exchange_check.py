@@ -1,14 +1,15 @@
 """checks.py exchange [ALGORITHM]: the gradient exchange (default horovod) equals the numpy mean
 of all ranks' inputs, broadcast_state leaves every rank with rank 0's weights, the train step's
 noise-scale norms are the mean of the ranks' own squared gradient norms and the squared norm of
-their mean (computed here from every rank's gradient, gathered), and the step under
---compression=powersgd keeps the replicas identical across its start step."""
+their mean (computed here from every rank's gradient, gathered), the step under
+--compression=powersgd keeps the replicas identical across its start step, and
+--compression=auto makes the same choice on every rank from encode times each rank measured."""
 import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
 from comm import sync
-from comm.exchange import make_gradient_exchange, make_powersgd
+from comm.exchange import make_compression, make_gradient_exchange, make_powersgd
 from flags.config import CommConfig
 from models import build_model
 from optimizers import precision
@@ -44,6 +45,7 @@ def run(world, args):
   assert (gathered == gathered[0]).all()
   check_noise_norms(rank, size, exchange)
   check_powersgd(world, config)
+  check_auto(world)
 
 
 def check_noise_norms(rank, size, exchange):
@@ -103,3 +105,16 @@ def check_powersgd(world, config):
   assert sync.replicas_identical(hvd, compressor.residuals)
   mean = hvd.allreduce(tf.constant(mine), op=hvd.Average, name="psgd_mean").numpy()
   np.testing.assert_allclose(compressor.residuals[0].numpy(), mean, rtol=1e-6, atol=1e-7)
+
+
+def check_auto(world):
+  """--compression=auto on a link slow enough (10 MB/s) that the 2 MB matrix is worth compressing:
+  every rank timed its own encoding, yet every rank holds the same choice (mask, bytes, predicted
+  ms and encode ms, gathered), so all enter the same collectives."""
+  config = CommConfig("flat", compression="auto", powersgd_rank=2, hybrid_cost="300,0.01,300,0.01")
+  variables = [tf.Variable(tf.zeros(s)) for s in [(3, 3, 16, 32), (32,), (1024, 512), (512,)]]
+  compression = make_compression(hvd, config, world, variables, seed=0)
+  assert compression.powersgd is not None, compression.summary
+  mine = (compression.powersgd.views, compression.summary)
+  every = hvd.allgather_object(mine, name="auto_choice")
+  assert all(other == mine for other in every), every
