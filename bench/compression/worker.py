@@ -8,7 +8,8 @@ step compressing. Per variant, the slowest rank's median of:
 
   step_s        one training step
   exchange_s    the exchange alone on the step's gradients (as training/step.time_exchange
-                times it): PowerSGD's encode and decode included
+                times it): PowerSGD's encode, decode and state update (the new residuals and
+                Qs kept) included
   encode_s      PowerSGD's own work alone, its allreduces left out (PowerSGD rows only)
 
 with the bytes each host sent on its link during each (counted by the kernel, /sys/.../tx_bytes,
@@ -56,6 +57,15 @@ def identity(grads):
 def checksum(tensors):
   """One scalar of every tensor: fetching it waits for all of them (a timed call has finished)."""
   return tf.add_n([tf.reduce_sum(tf.cast(t, tf.float32)) for t in tensors])
+
+
+def applied(compressor, out, update):
+  """checksum(out) after compressor.apply(update), as the training step keeps them: without the
+  apply, tf.function prunes the new residuals (M - P Q^T of every matrix), which nothing else
+  reads, and the exchange and encode timed would leave out work every step does (and
+  probe.encode_seconds, the prediction, counts)."""
+  compressor.apply(update)
+  return checksum(out)
 
 
 def timed(hvd, iface: str, fn, repeats: int) -> tuple[list[float], list[int]]:
@@ -121,7 +131,9 @@ def measure(hvd, world, name, net, optimizer, loss_scale, images, labels, grads,
 
   @tf.function
   def alone(g):
-    return checksum(exchange(g) if compressor is None else exchange.compressed(g, compressor)[0])
+    if compressor is None:
+      return checksum(exchange(g))
+    return applied(compressor, *exchange.compressed(g, compressor))
 
   step(images, labels, lr)  # trace and warm up
   alone(grads).numpy()
@@ -139,7 +151,7 @@ def measure(hvd, world, name, net, optimizer, loss_scale, images, labels, grads,
 
     @tf.function
     def encode(g):  # PowerSGD's step with each allreduce-mean one rank's: itself
-      return checksum(compressor(g, identity)[0])
+      return applied(compressor, *compressor(g, identity))
     encode(grads).numpy()
     seconds, _ = timed(hvd, args.iface, lambda: encode(grads).numpy(), args.steps)
     # auto's own figures: per matrix, the slowest rank's (comm/exchange.make_compression).

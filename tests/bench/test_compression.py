@@ -120,6 +120,17 @@ def test_predicted_exchange_prices_every_bucket_of_the_plan():
       pytest.approx(2e-3 + 1.01)
 
 
+def test_the_timed_encode_keeps_the_state_the_step_keeps():
+  # Without the apply, tf.function prunes the new residuals and the timing leaves them out.
+  import tensorflow as tf
+  from bench.compression import worker
+  from comm import powersgd
+  compressor = powersgd.PowerSGD([(8, 6)], rank=2, min_ratio=1.0)
+  encode = tf.function(lambda g: worker.applied(compressor, *compressor(g, worker.identity)))
+  encode([tf.random.stateless_normal((8, 6), seed=(1, 2))]).numpy()
+  assert float(tf.reduce_sum(tf.abs(compressor.residuals[0]))) > 0.0
+
+
 def row(variant, link_mb, exchange_s, step_s, predicted_s, compression=None, encode_s=None, chose=None):
   return {"variant": variant, "compression": compression or variant.split("-")[0],
           "summary": {"kind": variant, **({"chose": chose} if chose else {})},
