@@ -189,6 +189,12 @@ def test_targets_missed():
   assert verdicts(result(auto_step=0.6, r4_ratio=1.5))[3:5] == [False, False]
 
 
+@pytest.mark.parametrize("gap, seeds, want", [(2.31, [0], "2.31 points below it, 1 seed"),
+                                               (-0.4, [0, 1], "0.40 points above it, 2 seeds")])
+def test_below_says_the_side_and_the_seeds(gap, seeds, want):
+  assert report.below(gap, "it", seeds) == want
+
+
 def test_targets_not_measured_without_rows():
   assert verdicts({"accuracy": {"runs": []}}) == [None] * 5
 
