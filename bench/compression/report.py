@@ -228,7 +228,8 @@ NOT_SHOWN = """- **A real network.** The links are network namespaces on one 2-c
   the exchange's share of a step (and so what compression can win) is larger here than in real runs.
 - **Accuracy of ResNet-50 under compression.** The accuracy rows are ResNet-8 on Fashion-MNIST;
   PowerSGD at rank 4 has lost 3.5 points on ImageNet at batch 8K (epfml/powersgd#1), which a small
-  model on a small set cannot show. Two seeds bound no difference smaller than their spread.
+  model on a small set cannot show. The seeds column says how many runs stand behind a row: two bound no
+  difference smaller than their spread, one bounds none.
 - **A speed-up in time to accuracy.** The accuracy runs are 2 ranks on this host over shared memory:
   no link limits them, so their times show PowerSGD's encode cost, not its savings.
 - **More hosts, other algorithms.** 2 and 4 hosts of one rank, flat's buckets only (hier, hybrid and
