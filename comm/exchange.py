@@ -186,7 +186,7 @@ def make_powersgd(config: CommConfig, variables, seed: int, log=None, mask=None)
   if config.compression not in ("powersgd", "auto"):
     return None
   shapes = [v.shape for v in variables]
-  wire = tf.float16 if config.powersgd_wire == "fp16" else tf.float32
+  wire = wire_dtype(tf.float32, config.powersgd_wire)  # P and Q, whatever the gradients' dtype
   compressor = powersgd.PowerSGD(shapes, rank=config.powersgd_rank, wire=wire, seed=seed, mask=mask,
                                  error_feedback=config.powersgd_error_feedback)
   if log:
@@ -242,7 +242,7 @@ def make_compression(hvd, config: CommConfig, world: World, variables, seed: int
                    bytes_per_step={"uncompressed": sent.uncompressed, "compressed": sent.compressed})
     return Compression(config, compressor, None, entry)
   shapes = [v.shape for v in variables]
-  wire = tf.float16 if config.powersgd_wire == "fp16" else tf.float32
+  wire = wire_dtype(tf.float32, config.powersgd_wire)  # P and Q, whatever the gradients' dtype
   views = powersgd.plan(shapes, config.powersgd_rank)
   model = cost_of(hvd, config, world)
   own = probe.encode_seconds(views, config.powersgd_rank, wire, config.powersgd_error_feedback)
