@@ -104,7 +104,7 @@ time-to-accuracy: ops  ## time to a held-out top-1 on Fashion-MNIST, 2 ranks: ba
 	$(PY) -m bench.time_to_accuracy $(ARGS)
 
 .PHONY: bench-compression
-bench-compression: ops  ## PowerSGD rank 1/2/4, fp16 and auto: ResNet-50 on 2 and 4 emulated hosts (root) at 0.5, 2 and 10 Gbit/s (bytes counted on the links, encode/exchange/step ms, efficiency, the cost model's prediction per row), and Fashion-MNIST at batch 1,024 with LARS, uncompressed vs PowerSGD rank 2/4 with and without error feedback, 2 seeds; ~3.5 hours; writes results/compression.{md,json,png} (ARGS="--only=speed --rates=500mbit --hosts=2 --variants=none,powersgd-r4 --steps=2 --out_dir=/tmp/bc", "--only=accuracy --quick --configs=r4 --seeds=0 --out_dir=/tmp/bc": smoke runs)
+bench-compression: ops  ## PowerSGD rank 1/2/4, fp16 and auto: ResNet-50 on 2 and 4 emulated hosts (root) at 0.5, 2 and 10 Gbit/s (bytes counted on the links, encode/exchange/step ms, efficiency, the cost model's prediction per row), and Fashion-MNIST at batch 1,024 with LARS, uncompressed vs PowerSGD rank 2/4 with and without error feedback, 2 seeds, and LARS's trust ratios per layer at the rank-4 runs' checkpoints; ~3.5 hours; writes results/compression.{md,json,png} (ARGS="--only=speed --rates=500mbit --hosts=2 --variants=none,powersgd-r4 --steps=2 --out_dir=/tmp/bc", "--only=accuracy --quick --configs=r4 --seeds=0 --out_dir=/tmp/bc": smoke runs)
 	$(PY) -m bench.compression $(ARGS)
 
 .PHONY: plan

@@ -75,19 +75,23 @@ class LARS(keras.optimizers.Optimizer):
     # Decided once from the Keras paths: update_step may receive the bare tf.Variable.
     self._adapt = [not self.excluded(v) for v in variables]
 
+  def trust_ratio(self, w, g):
+    """The factor a non-excluded layer's LR is multiplied by, given its weight and the gradient
+    the optimizer is handed (under PowerSGD, the low-rank update: bench/compression/trust.py
+    measures what that does). A zero weight (a fresh zero-init gamma, if not excluded) or a zero
+    gradient falls back to 1, the plain LR, instead of 0 or NaN."""
+    w_norm = tf.norm(w)
+    g_norm = tf.norm(g)
+    ratio = self.eta * w_norm / (g_norm + self.lars_weight_decay * w_norm + self.epsilon)
+    return tf.where(tf.logical_and(w_norm > 0.0, g_norm > 0.0), ratio, tf.ones_like(ratio))
+
   def update_step(self, gradient, variable, learning_rate):
     lr = tf.cast(learning_rate, variable.dtype)
     g = tf.cast(gradient, variable.dtype)
     w = tf.convert_to_tensor(variable)
     index = self._get_variable_index(variable)
     if self._adapt[index]:
-      w_norm = tf.norm(w)
-      g_norm = tf.norm(g)
-      ratio = self.eta * w_norm / (g_norm + self.lars_weight_decay * w_norm + self.epsilon)
-      # A zero weight (a fresh zero-init gamma, if not excluded) or a zero
-      # gradient falls back to the plain LR instead of 0 or NaN.
-      usable = tf.logical_and(w_norm > 0.0, g_norm > 0.0)
-      lr = lr * tf.where(usable, ratio, tf.ones_like(ratio))
+      lr = lr * self.trust_ratio(w, g)
       g = g + self.lars_weight_decay * w
     step = lr * g
     v = self.velocities[index]

@@ -11,10 +11,13 @@ Two parts, each selectable (--only):
   accuracy  make time-to-accuracy's batch-1,024 LARS recipe on Fashion-MNIST, 2 ranks on this
             host, the same steps uncompressed and with PowerSGD rank 2 and 4, with and without
             error feedback, --seeds: final held-out top-1 and the time to 0.85 (accuracy.py).
+  trust     LARS's per-layer trust ratios at the rank-4 runs' checkpoints: on PowerSGD's update
+            against the uncompressed mean gradient at the same weights (trust.py; one process).
 
   python -m bench.compression                                   # both parts (root: the cluster)
   python -m bench.compression --only=speed --rates=500mbit --hosts=2
   python -m bench.compression --only=accuracy --seeds=0,1 --reuse   # finished runs read back
+  python -m bench.compression --only=trust --seeds=0,1             # on the runs the accuracy part left
   python -m bench.compression.report                            # the report again from the JSON
   # smoke runs, numbers meaningless:
   python -m bench.compression --only=accuracy --quick --configs=r4 --seeds=0 --out_dir=/tmp/bc

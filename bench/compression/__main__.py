@@ -11,14 +11,16 @@ import bench.compression  # noqa: E402
 from bench.compression import report, variants as V  # noqa: E402
 from flags.config import ConfigError  # noqa: E402
 
-PARTS = ("speed", "accuracy")
+PARTS = ("speed", "accuracy", "trust")
 STEPS = 5  # timed steps per variant (medians): a step of ResNet-50 is 1-3 s on the slowest link
 
 
 def parse_args(argv=None):
   parser = argparse.ArgumentParser(prog="python -m bench.compression", description=bench.compression.__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--only", default=",".join(PARTS), help="parts to run: speed, accuracy or both")
+  parser.add_argument("--only", default=",".join(PARTS),
+                      help="parts to run, among speed, accuracy and trust (LARS's trust ratios at the accuracy "
+                      "part's rank-4 checkpoints: runs after it, or alone on runs it left)")
   parser.add_argument("--reuse", action="store_true",
                       help="keep launches and runs of the same settings already in OUT_DIR/compression.json "
                       "or beside their model_dir instead of measuring them again")
@@ -101,6 +103,14 @@ def accuracy_part(args, result: dict) -> None:
       report.write(result, args.out_dir)  # after every run: an interrupted benchmark keeps its runs
 
 
+def trust_part(args, result: dict) -> None:
+  from bench import time_to_accuracy
+  from bench.compression import trust
+  runs_dir = os.path.join(time_to_accuracy.REPO, "runs", "compression" + ("-quick" if args.quick else ""))
+  result["trust"] = trust.run(runs_dir, trust.CONFIGS, args.seeds_list)
+  report.write(result, args.out_dir)
+
+
 def main(argv=None) -> None:
   args = parse_args(argv)
   if args.worker:
@@ -112,6 +122,8 @@ def main(argv=None) -> None:
     speed_part(args, result)
   if "accuracy" in args.parts:
     accuracy_part(args, result)
+  if "trust" in args.parts:
+    trust_part(args, result)
   print(report.write(result, args.out_dir))
 
 

@@ -128,6 +128,40 @@ def accuracy_table(stats: list[dict], target: float) -> str:
   return "\n".join(lines)
 
 
+def trust_text(trust: dict) -> str:
+  """The trust section: per compressed layer and configuration, the medians (min-max) of
+  bench/compression/trust.py's ratios, or one line when that part was not run."""
+  configs = trust.get("configs", {})
+  if not configs:
+    return "Not measured (`--only=trust`, after the accuracy part)."
+  lines = [f"At the checkpoints the accuracy part's PowerSGD runs kept, {trust['batches']} batches of 1,024 each, split as\n"
+           f"the {trust['halves']} ranks split them (`bench/compression/trust.py`). Per compressed layer: **t(U)/t(G)**, LARS's\n"
+           "trust ratio on the update PowerSGD hands it over the one the uncompressed mean gradient would have had at\n"
+           "the same weights; **\\|U\\|/\\|G\\|**; **cos(U, G)**; **step**: the length of the layer's move against\n"
+           "the uncompressed one's. Medians over seeds, checkpoints and batches (min-max).", ""]
+  names = {key: V.ACCURACY_CONFIGS[key].name for key in configs}
+  lines += ["| layer | view | " + " | ".join(f"{names[k]}: {q}" for k in configs for q in ("t(U)/t(G)", "\\|U\\|/\\|G\\|", "cos", "step")) + " |",
+            "|---|---|" + "---|" * (4 * len(configs))]
+  by_layer = {}
+  for key, entry in configs.items():
+    for layer in entry["layers"]:
+      by_layer.setdefault((layer["layer"], tuple(layer["view"])), {})[key] = layer
+
+  def cell(x: dict | None) -> str:
+    return f"{x['median']:.2f} ({x['min']:.2f}-{x['max']:.2f})" if x else "-"
+  for (name, view), per in by_layer.items():
+    cells = [cell(per.get(k, {}).get(q)) for k in configs for q in ("trust", "norm", "cos", "step")]
+    lines.append(f"| {name} | {view[0]}x{view[1]} | " + " | ".join(cells) + " |")
+  for key, entry in configs.items():
+    med = {q: statistics.median(l[q]["median"] for l in entry["layers"]) for q in ("trust", "norm", "cos", "step")}
+    lines.append(f"\n{names[key]} (seeds {','.join(map(str, entry['seeds']))}, steps {', '.join(map(str, entry['steps']))}): "
+                 f"the layers' medians t(U)/t(G) {med['trust']:.2f}, \\|U\\|/\\|G\\| {med['norm']:.2f}, cos {med['cos']:.2f}, "
+                 f"step {med['step']:.2f}.")
+  if trust.get("missing"):
+    lines.append(f"\nRuns not found (not measured): {', '.join(trust['missing'])}.")
+  return "\n".join(lines)
+
+
 Target = tuple  # (the issue's target, what was measured, met: True/False, None when not measured)
 
 
@@ -232,6 +266,9 @@ NOT_SHOWN = """- **A real network.** The links are network namespaces on one 2-c
   difference smaller than their spread, one bounds none.
 - **A speed-up in time to accuracy.** The accuracy runs are 2 ranks on this host over shared memory:
   no link limits them, so their times show PowerSGD's encode cost, not its savings.
+- **That the trust ratios cause the accuracy gap.** The trust rows are what LARS computes at the runs'
+  own weights and state; whether a ratio taken on the uncompressed gradient (or frozen at the start of
+  compression) would close the gap needs runs that were not made.
 - **More hosts, other algorithms.** 2 and 4 hosts of one rank, flat's buckets only (hier, hybrid and
   Horovod's own fusion not timed with compression), --powersgd_wire=fp32 only, no overlap of the
   exchange with backprop beyond what TensorFlow's graph gives.
@@ -276,6 +313,10 @@ PowerSGD's encode as auto measures it. **e** = S_N / S_1 with S_1 one rank alone
 
 ![step time against the link rate; predicted against measured exchange; held-out top-1](compression.png)
 
+## LARS's trust ratios under PowerSGD
+
+{trust_text(result.get("trust", {}))}
+
 ## Targets (issue 25)
 
 {targets_table(targets(rows, stats))}
@@ -289,6 +330,7 @@ PowerSGD's encode as auto measures it. **e** = S_N / S_1 with S_1 one rank alone
 make bench-compression                                       # both parts
 python -m bench.compression --only=speed --rates=500mbit --hosts=2
 python -m bench.compression --only=accuracy --seeds=0 --reuse
+python -m bench.compression --only=trust --seeds=0,1                # after the accuracy part
 python -m bench.compression.report                           # this report again from the JSON
 {commands}
 ```

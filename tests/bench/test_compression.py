@@ -241,7 +241,7 @@ def test_sent(entry, want):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--only=spd"], "--only=spd: choose among speed,accuracy"),
+    (["--only=spd"], "--only=spd: choose among speed,accuracy,trust"),
     (["--rates=fast"], "--rates: 'fast' is not a tc rate"),
     (["--hosts=1"], "--hosts=1: give emulated hosts from 2 to 16"),
     (["--hosts=a"], "pass integers"),
@@ -259,6 +259,54 @@ def test_parse_args_names_the_flag(argv, message, capsys):
 def test_parse_args_defaults_are_the_issues_measurement():
   args = parse_args([])
   assert (args.parts, args.rates_list, args.hosts_list, args.seeds_list) == \
-      (["speed", "accuracy"], ["500mbit", "2gbit", "10gbit"], [2, 4], [0, 1])
+      (["speed", "accuracy", "trust"], ["500mbit", "2gbit", "10gbit"], [2, 4], [0, 1])
   assert args.variants_list == ["none", "fp16", "powersgd-r1", "powersgd-r2", "powersgd-r4", "auto"]
   assert args.configs_list == ["none", "r2", "r2-noef", "r4", "r4-noef"]
+
+
+# ---------------------------------------------------------------- trust --
+def test_ratios_against_numpy():
+  from bench.compression import trust
+  from optimizers.lars import LARS
+  import numpy as np
+  lars = LARS(eta=0.001, weight_decay=5e-4)
+  rng = np.random.default_rng(0)
+  w, g = rng.normal(size=(6, 4)).astype(np.float32), rng.normal(size=(6, 4)).astype(np.float32)
+  u = (g + 0.3 * rng.normal(size=(6, 4))).astype(np.float32)
+
+  def t(x):
+    return 0.001 * np.linalg.norm(w) / (np.linalg.norm(x) + 5e-4 * np.linalg.norm(w))
+  got = trust.ratios(lars, w, g, u)
+  assert got["trust"] == pytest.approx(t(u) / t(g), rel=1e-5)
+  assert got["norm"] == pytest.approx(np.linalg.norm(u) / np.linalg.norm(g), rel=1e-5)
+  assert got["cos"] == pytest.approx(np.sum(u * g) / (np.linalg.norm(u) * np.linalg.norm(g)), rel=1e-5)
+  assert got["step"] == pytest.approx(t(u) * np.linalg.norm(u + 5e-4 * w) / (t(g) * np.linalg.norm(g + 5e-4 * w)),
+                                      rel=1e-5)
+  same = trust.ratios(lars, w, g, 2 * g)  # twice the gradient: half the ratio, LARS's move the same length
+  assert same["norm"] == pytest.approx(2.0) and same["cos"] == pytest.approx(1.0)
+  assert same["trust"] == pytest.approx(0.5, rel=1e-3) and same["step"] == pytest.approx(1.0, rel=1e-3)
+
+
+def trust_run(layer: str, steps: dict) -> dict:
+  return {"layers": [{"layer": layer, "view": [144, 16], "steps": steps}]}
+
+
+def test_summarise_pools_runs_checkpoints_and_batches_per_layer():
+  from bench.compression import trust
+  values = lambda *xs: {k: list(xs) for k in trust.KEYS}  # noqa: E731
+  runs = [trust_run("conv1/kernel", {"116": values(1.0, 3.0), "174": values(2.0)}),
+          trust_run("conv1/kernel", {"116": values(5.0)})]
+  (row,) = trust.summarise(runs)
+  assert row["layer"] == "conv1/kernel" and row["count"] == 4
+  assert row["trust"] == {"median": 2.5, "min": 1.0, "max": 5.0} == row["cos"]
+
+
+def test_trust_text_tables_each_layer_and_says_what_is_missing():
+  stat = {"median": 0.9, "min": 0.8, "max": 1.0}
+  layer = {"layer": "conv1/kernel", "view": [144, 16], "count": 8, **{k: stat for k in ("trust", "norm", "cos", "step")}}
+  trust = {"batches": 8, "halves": 2, "missing": ["r4-noef-seed1"],
+           "configs": {"r4": {"seeds": [0], "steps": [116, 174], "rank": 4, "error_feedback": True, "layers": [layer]}}}
+  text = report.trust_text(trust)
+  assert "| conv1/kernel | 144x16 | 0.90 (0.80-1.00) | 0.90 (0.80-1.00) |" in text
+  assert "seeds 0, steps 116, 174" in text and "Runs not found (not measured): r4-noef-seed1." in text
+  assert report.trust_text({}).startswith("Not measured")
