@@ -32,7 +32,7 @@ import time
 if __package__ in (None, ""):  # run as a file: the repository on the path
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.launches import Hosts, Job, world_sizes  # noqa: E402
+from bench.launches import Hosts, Job, regrown, world_sizes  # noqa: E402
 from bench.noise_scale import study  # noqa: E402
 from bench.train_runs import REPO, command, launch, read_events, record, reused  # noqa: E402
 
@@ -218,7 +218,7 @@ def elastic_run(name: str, flags: list[str], model_dir: str, hosts: Hosts) -> di
       job.wait_until(lambda err: world_sizes(err)[1:2] == [1], "a world of one rank", 600)
       job.wait_for_step(job.step() + ALONE, timeout=600)
       hosts.publish(*hosts.names)
-      job.wait_until(lambda err: world_sizes(err)[2:3] == [2], "a world of two ranks again", 600)
+      job.wait_until(lambda err: regrown(err, 2) is not None, "a world of two ranks again", 600)
       _, left = job.wait_gone(3600)
     finally:
       for stream, text in (("stdout", job.stdout()), ("stderr", job.stderr())):

@@ -28,7 +28,7 @@ import time
 
 import psutil
 
-from bench.launches import PYTHON, REPO, STEP_LINE, Hosts, Job, world_sizes
+from bench.launches import PYTHON, REPO, STEP_LINE, Hosts, Job, regrown, world_sizes
 from progress import emit
 
 NAME, SUBNET = "imcelf", "198.18.16"  # not the tests' (imcelt) nor a user's (imc)
@@ -62,7 +62,7 @@ def lose_and_join(hosts: Hosts, workdir: str, fault: str) -> dict:
     to_training = job.wait_until(lambda t: world_sizes(t)[1:2] == [1] and _first_step_after_world(t, 1),
                                  "a step of the one-rank world", BOUND_S)
     hosts.publish(*hosts.names)
-    to_join = job.wait_until(lambda t: world_sizes(t)[2:3] == [2] and _first_step_after_world(t, 2),
+    to_join = job.wait_until(lambda t: (i := regrown(t, 2)) is not None and _first_step_after_world(t, i),
                              "a step of the two-rank world", BOUND_S)
     _, left = job.wait_gone(BOUND_S)
     with open(os.path.join(model_dir, "summary.json")) as fh:

@@ -1,7 +1,7 @@
 """bench/launches.py's reading of a launch's log (the launches themselves: tests/multiprocess)."""
 import pytest
 
-from bench.launches import last_step
+from bench.launches import last_step, regrown
 
 LINEAR = "[1,0]<stderr>:epoch   0.35  step      8/276  loss 2.2830  top1 0.281  lr 0.03043     1712.3 img/s  eta 0:00:10\n"
 ADASCALE = ("[0]<stderr>:epoch   3.72  update    102  loss 0.2289  top1 0.938  lr 0.01067  B_simple     222  "
@@ -17,3 +17,21 @@ ADASCALE = ("[0]<stderr>:epoch   3.72  update    102  loss 0.2289  top1 0.938  l
 ])
 def test_last_step_reads_the_newest_progress_line(text, want):
   assert last_step(text) == want
+
+
+def worlds(*sizes: int) -> str:
+  return "".join(f"[0]<stderr>:16:36:{i:02d} world: {n} ranks on {n} hosts at step {5 * i} (epoch 0, 0 of its "
+                 f"examples trained); batch 32 per rank, global {32 * n}\n" for i, n in enumerate(sizes))
+
+
+@pytest.mark.parametrize("sizes, want", [
+    ((), None),
+    ((2,), None),
+    ((2, 1), None),
+    ((2, 1, 2), 2),
+    ((2, 1, 1, 2), 3),  # the host's removal reached the survivor after its reset: one world of one more (CI)
+    ((2, 2, 1, 2), 3),  # a world re-formed at full size first is not a return
+    ((4, 2, 3, 4), 3),
+])
+def test_regrown_finds_the_full_world_after_the_first_smaller_one(sizes, want):
+  assert regrown(worlds(*sizes), sizes[0] if sizes else 2) == want

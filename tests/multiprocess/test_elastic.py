@@ -4,7 +4,7 @@ on, the host joins again when it comes back, and the run ends with identical rep
 accuracy make faults measures without faults, and the noise scale measured at the last world's sizes.
 
 The hosts are bench/launches.Hosts (network namespaces on 198.18.15.0/24, a cluster of the
-tests' own): a host is lost by SIGKILLing the job's processes in its namespace, by pid, once
+tests' own, horovodrun on a head host of its own): a host is lost by SIGKILLing the job's processes in its namespace, by pid, once
 the hosts file stops listing it; it comes back when the file lists it again.
 """
 import json
@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from bench.launches import Hosts, Job, newest_checkpoint, world_sizes
+from bench.launches import Hosts, Job, newest_checkpoint, regrown, world_sizes
 
 pytestmark = pytest.mark.multiprocess
 
@@ -48,7 +48,7 @@ def run(hosts, model_dir, *args, lose=False):
       assert hosts.lose(job, hosts.names[1]), job.tail()
       job.wait_until(lambda err: world_sizes(err)[1:2] == [1], "a world of one rank", BOUND_S)
       hosts.publish(*hosts.names)
-      job.wait_until(lambda err: world_sizes(err)[2:3] == [2], "a world of two ranks again", BOUND_S)
+      job.wait_until(lambda err: regrown(err, 2) is not None, "a world of two ranks again", BOUND_S)
     _, left = job.wait_gone(BOUND_S)
     assert not left and job.proc.returncode == 0, f"left {left}\n{job.tail()}"
     with open(os.path.join(model_dir, "summary.json")) as fh:
@@ -64,7 +64,10 @@ def run(hosts, model_dir, *args, lose=False):
 def test_a_lost_host_costs_at_most_a_commit_and_a_returning_host_joins(tmp_path, hosts):
   summary, log = run(hosts, str(tmp_path / "faulty"), "--allreduce=hybrid", "--lr_scaling=adascale",
                      "--batch_policy=adaptive", lose=True)
-  assert summary["elastic"]["worlds"] == [2, 1, 2] and summary["allreduce"] == "hybrid", log[-3000:]
+  # [2, 1, 2], or [2, 1, 1, 2] where the host's removal reached the survivor after its reset (regrown's note)
+  worlds = summary["elastic"]["worlds"]
+  assert worlds[0] == worlds[-1] == 2 and set(worlds[1:-1]) == {1}, summary["elastic"]
+  assert summary["allreduce"] == "hybrid", log[-3000:]
   assert re.search(r"batch: this world starts at K 2 \(global batch 64\)", log), log[-3000:]
   k = summary["batch_policy"]["k_final"]  # 1 unless the controller found a larger batch worth its time here
   (lost,) = summary["elastic"]["steps_lost"]
@@ -89,17 +92,15 @@ def test_too_few_hosts_end_the_job_and_the_commit_is_a_checkpoint_to_resume_from
   launcher = hosts.launcher(2, 2, 2, "--elastic-timeout", "10")
   with Job(model_dir, *ARGS, "--max_steps=200", "--checkpoint_every=10", launcher=launcher, extra_env=hosts.env) as job:
     job.wait_for_step(LOSE_AT, timeout=BOUND_S)
-    chief = hosts.host_of_rank(job, 0)  # rank 0 checkpoints the commit; the other host is lost
+    chief = hosts.host_of_rank(job, 0)  # rank 0 checkpoints the commit; the other host is lost (never horovodrun's)
     assert hosts.lose(job, next(h for h in hosts.names if h != chief)), job.tail()
     _, left = job.wait_gone(BOUND_S)
     assert not left and job.proc.returncode != 0, f"left {left}\n{job.tail()}"
     found = re.search(r"the world is changing .*; checkpoint \S*ckpt-(\d+) holds the commit at step (\d+)", job.stderr())
+  # Rank 0's line and its checkpoint of the commit, the newest. (It went missing in some runs while
+  # horovodrun shared a host with the ranks: losing that host took the launcher and rank 0's output.)
   step = newest_checkpoint(model_dir)
-  assert step is not None, job.tail()
-  # Rank 0's line and its checkpoint of the commit: seen in most runs; in one of four runs of the
-  # whole file under load the line was missing, and the newest checkpoint is what must resume.
-  if found:
-    assert int(found.group(1)) == int(found.group(2)) == step and step % COMMIT_EVERY == 0, job.tail()
+  assert found and int(found.group(1)) == int(found.group(2)) == step and step % COMMIT_EVERY == 0, job.tail()
   hosts.publish(*hosts.names)  # the host is back: the same command resumes from the commit
   with Job(model_dir, *ARGS, f"--max_steps={step + 2}", launcher=hosts.launcher(2, 2, 2), extra_env=hosts.env) as job:
     _, left = job.wait_gone(BOUND_S)
