@@ -128,6 +128,9 @@ def accuracy_table(stats: list[dict], target: float) -> str:
   return "\n".join(lines)
 
 
+QUANTITIES = ("trust", "norm", "cos", "step")  # bench/compression/trust.py's KEYS, in the table's order
+
+
 def trust_text(trust: dict) -> str:
   """The trust section: per compressed layer and configuration, the medians (min-max) of
   bench/compression/trust.py's ratios, or one line when that part was not run."""
@@ -139,27 +142,21 @@ def trust_text(trust: dict) -> str:
            "trust ratio on the update PowerSGD hands it over the one the uncompressed mean gradient would have had at\n"
            "the same weights; **\\|U\\|/\\|G\\|**; **cos(U, G)**; **step**: the length of the layer's move against\n"
            "the uncompressed one's. Medians over seeds, checkpoints and batches (min-max).", ""]
-  names = {key: V.ACCURACY_CONFIGS[key].name for key in configs}
-  lines += ["| layer | view | " + " | ".join(f"{names[k]}: {q}" for k in configs for q in ("t(U)/t(G)", "\\|U\\|/\\|G\\|", "cos", "step")) + " |",
-            "|---|---|" + "---|" * (4 * len(configs))]
-  by_layer = {}
-  for key, entry in configs.items():
-    for layer in entry["layers"]:
-      by_layer.setdefault((layer["layer"], tuple(layer["view"])), {})[key] = layer
 
-  def cell(x: dict | None) -> str:
-    return f"{x['median']:.2f} ({x['min']:.2f}-{x['max']:.2f})" if x else "-"
-  for (name, view), per in by_layer.items():
-    cells = [cell(per.get(k, {}).get(q)) for k in configs for q in ("trust", "norm", "cos", "step")]
-    lines.append(f"| {name} | {view[0]}x{view[1]} | " + " | ".join(cells) + " |")
+  def cell(x: dict) -> str:
+    return f"{x['median']:.2f} ({x['min']:.2f}-{x['max']:.2f})"
   for key, entry in configs.items():
-    med = {q: statistics.median(l[q]["median"] for l in entry["layers"]) for q in ("trust", "norm", "cos", "step")}
-    lines.append(f"\n{names[key]} (seeds {','.join(map(str, entry['seeds']))}, steps {', '.join(map(str, entry['steps']))}): "
-                 f"the layers' medians t(U)/t(G) {med['trust']:.2f}, \\|U\\|/\\|G\\| {med['norm']:.2f}, cos {med['cos']:.2f}, "
-                 f"step {med['step']:.2f}.")
+    lines += [f"{V.ACCURACY_CONFIGS[key].name} (seeds {', '.join(map(str, entry['seeds']))}; steps "
+              f"{', '.join(map(str, entry['steps']))}):", "",
+              "| layer | view | t(U)/t(G) | \\|U\\|/\\|G\\| | cos(U, G) | step |", "|---|---|---|---|---|---|"]
+    lines += [f"| {l['layer']} | {l['view'][0]}x{l['view'][1]} | " + " | ".join(cell(l[q]) for q in QUANTITIES) + " |"
+              for l in entry["layers"]]
+    med = {q: statistics.median(l[q]["median"] for l in entry["layers"]) for q in QUANTITIES}
+    lines += ["", f"The layers' medians: t(U)/t(G) {med['trust']:.2f}, \\|U\\|/\\|G\\| {med['norm']:.2f}, "
+              f"cos {med['cos']:.2f}, step {med['step']:.2f}.", ""]
   if trust.get("missing"):
-    lines.append(f"\nRuns not found (not measured): {', '.join(trust['missing'])}.")
-  return "\n".join(lines)
+    lines.append(f"Runs not found (not measured): {', '.join(trust['missing'])}.")
+  return "\n".join(lines).rstrip()
 
 
 Target = tuple  # (the issue's target, what was measured, met: True/False, None when not measured)

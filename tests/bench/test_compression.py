@@ -308,5 +308,5 @@ def test_trust_text_tables_each_layer_and_says_what_is_missing():
            "configs": {"r4": {"seeds": [0], "steps": [116, 174], "rank": 4, "error_feedback": True, "layers": [layer]}}}
   text = report.trust_text(trust)
   assert "| conv1/kernel | 144x16 | 0.90 (0.80-1.00) | 0.90 (0.80-1.00) |" in text
-  assert "seeds 0, steps 116, 174" in text and "Runs not found (not measured): r4-noef-seed1." in text
+  assert "(seeds 0; steps 116, 174)" in text and "Runs not found (not measured): r4-noef-seed1." in text
   assert report.trust_text({}).startswith("Not measured")
