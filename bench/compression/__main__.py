@@ -11,6 +11,7 @@ import bench.compression  # noqa: E402
 from bench.compression import report, variants as V  # noqa: E402
 from flags.config import ConfigError  # noqa: E402
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PARTS = ("speed", "accuracy", "trust")
 STEPS = 5  # timed steps per variant (medians): a step of ResNet-50 is 1-3 s on the slowest link
 
@@ -91,11 +92,16 @@ def speed_part(args, result: dict) -> None:
   save(speed.run(args.rates_list, args.hosts_list, args.variants_list, args.steps, done, args.reuse, save))
 
 
+def accuracy_runs_dir(args) -> str:
+  """Where the accuracy part keeps its runs (the trust part reads their checkpoints)."""
+  return os.path.join(REPO, "runs", "compression" + ("-quick" if args.quick else ""))
+
+
 def accuracy_part(args, result: dict) -> None:
   from bench import time_to_accuracy
   from bench.compression import accuracy
   time_to_accuracy.prepare_data()
-  runs_dir = os.path.join(time_to_accuracy.REPO, "runs", "compression" + ("-quick" if args.quick else ""))
+  runs_dir = accuracy_runs_dir(args)
   result["accuracy"] = {"setup": accuracy.setup(args.quick), "runs": []}
   for seed in args.seeds_list:  # every configuration once before any twice: a stopped run still compares
     for key in args.configs_list:
@@ -104,10 +110,8 @@ def accuracy_part(args, result: dict) -> None:
 
 
 def trust_part(args, result: dict) -> None:
-  from bench import time_to_accuracy
   from bench.compression import trust
-  runs_dir = os.path.join(time_to_accuracy.REPO, "runs", "compression" + ("-quick" if args.quick else ""))
-  result["trust"] = trust.run(runs_dir, trust.CONFIGS, args.seeds_list)
+  result["trust"] = trust.run(accuracy_runs_dir(args), trust.CONFIGS, args.seeds_list)
   report.write(result, args.out_dir)
 
 

@@ -4,8 +4,9 @@ on, the host joins again when it comes back, and the run ends with identical rep
 accuracy make faults measures without faults, and the noise scale measured at the last world's sizes.
 
 The hosts are bench/launches.Hosts (network namespaces on 198.18.15.0/24, a cluster of the
-tests' own, horovodrun on a head host of its own): a host is lost by SIGKILLing the job's processes in its namespace, by pid, once
-the hosts file stops listing it; it comes back when the file lists it again.
+tests' own, horovodrun on a head host of its own): a host is lost by SIGKILLing the job's
+processes in its namespace, by pid, once the hosts file stops listing it; it comes back when
+the file lists it again.
 """
 import json
 import os
