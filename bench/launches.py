@@ -314,3 +314,23 @@ def regrown(text: str, size: int) -> int | None:
   if shrunk is None:
     return None
   return next((i for i in range(shrunk + 1, len(sizes)) if sizes[i] == size), None)
+
+
+HOROVOD_LOOP_DIED = "Horovod background loop uncaught exception"
+ELASTIC_STALL = re.compile(r"stalled: rank \d+ on \S+ saw no progress .*--elastic")
+
+
+def stalled_after_horovod_died(text: str) -> bool:
+  """Whether an elastic run was ended by the watchdog after a Horovod background loop had died
+  (a peer lost), the op a survivor held orphaned: Horovod 0.28.1's race, not this project's.
+
+  The background thread, on the transport's exception, sets shut_down and then finalizes the
+  tensor queues, failing the ops in them (operations.cc, BackgroundThreadLoop's shutdown path);
+  an op whose enqueue checked shut_down before it was set and reached the queue after that
+  finalization is never failed nor run, and its rank waits in the kernel until the watchdog ends
+  the job (native stacks: the background thread gone, the main thread in AsyncOpKernel::Compute,
+  once in the train step's allreduce, once in check_host_updates' broadcast at a commit). Seen 3
+  times in ~52 lost-host launches here. A rank cannot abandon that wait, and Horovod's elastic
+  driver ends the job when its only survivor exits, so the watchdog's resumable end stands."""
+  died = text.find(HOROVOD_LOOP_DIED)
+  return died >= 0 and ELASTIC_STALL.search(text, died) is not None

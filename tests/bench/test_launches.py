@@ -1,7 +1,7 @@
 """bench/launches.py's reading of a launch's log (the launches themselves: tests/multiprocess)."""
 import pytest
 
-from bench.launches import last_step, regrown
+from bench.launches import last_step, regrown, stalled_after_horovod_died
 
 LINEAR = "[1,0]<stderr>:epoch   0.35  step      8/276  loss 2.2830  top1 0.281  lr 0.03043     1712.3 img/s  eta 0:00:10\n"
 ADASCALE = ("[0]<stderr>:epoch   3.72  update    102  loss 0.2289  top1 0.938  lr 0.01067  B_simple     222  "
@@ -35,3 +35,22 @@ def worlds(*sizes: int) -> str:
 ])
 def test_regrown_finds_the_full_world_after_the_first_smaller_one(sizes, want):
   assert regrown(worlds(*sizes), sizes[0] if sizes else 2) == want
+
+
+DIED = ("[1]<stderr>:[2026-12-05 08:41:07.512: E horovod/common/operations.cc:697] [0]: Horovod background loop "
+        "uncaught exception: [gloo/transport/tcp/pair.cc:589] Connection closed by peer [198.18.15.3]:34071\n")
+STALL = ("[1]<stderr>:stalled: rank 0 on imcelt-1 saw no progress for 310 s (limit 300 s) after step 17 (step); "
+         "--elastic: the other ranks are not compared (a world change renumbers them); ending the job (exit 4); "
+         "resume with the same command (newest checkpoint runs/x/ckpt-15)\n")
+
+
+@pytest.mark.parametrize("text, want", [
+    ("", False),
+    (DIED, False),                    # the loop died and the reset went on: the usual lost host
+    (STALL, False),                   # a stall with no dead loop is this project's to explain
+    (DIED + STALL, True),
+    (STALL + DIED, False),            # the stall came first: not the race
+    (DIED + STALL.replace("--elastic: the other ranks are not compared", "rank 1 on h (pid 9) is at step 3"), False),
+])
+def test_a_stall_after_horovods_loop_died_is_told_apart(text, want):
+  assert stalled_after_horovod_died(text) == want

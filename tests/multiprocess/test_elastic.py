@@ -11,10 +11,11 @@ the file lists it again.
 import json
 import os
 import re
+import warnings
 
 import pytest
 
-from bench.launches import Hosts, Job, newest_checkpoint, regrown, world_sizes
+from bench.launches import Hosts, Job, newest_checkpoint, regrown, stalled_after_horovod_died, world_sizes
 
 pytestmark = pytest.mark.multiprocess
 
@@ -41,18 +42,33 @@ def hosts(tmp_path_factory):
 
 def run(hosts, model_dir, *args, lose=False):
   """An elastic run on both hosts; with lose, the second host is lost once rank 0 reported step
-  LOSE_AT and listed again once the first trains alone. Returns (summary, rank 0's log)."""
-  hosts.publish(*hosts.names)
-  with Job(model_dir, *ARGS, *args, launcher=hosts.launcher(2, 1, 2), extra_env=hosts.env) as job:
-    if lose:
-      job.wait_for_step(LOSE_AT, timeout=BOUND_S)
-      assert hosts.lose(job, hosts.names[1]), job.tail()
-      job.wait_until(lambda err: world_sizes(err)[1:2] == [1], "a world of one rank", BOUND_S)
-      hosts.publish(*hosts.names)
-      job.wait_until(lambda err: regrown(err, 2) is not None, "a world of two ranks again", BOUND_S)
-    _, left = job.wait_gone(BOUND_S)
-    assert not left and job.proc.returncode == 0, f"left {left}\n{job.tail()}"
-    with open(os.path.join(model_dir, "summary.json")) as fh:
+  LOSE_AT and listed again once the first trains alone. Returns (summary, rank 0's log).
+
+  A lost host's run is launched once more (in a directory of its own) when the first was ended by
+  the watchdog after Horovod's background loop died: Horovod's race, which orphans the op a
+  survivor holds (bench/launches.stalled_after_horovod_died; ~6% of these launches here). Any
+  other failure, or the race twice, fails the test."""
+  for attempt in (1, 2):
+    directory = model_dir if attempt == 1 else f"{model_dir}-again"
+    hosts.publish(*hosts.names)
+    with Job(directory, *ARGS, *args, launcher=hosts.launcher(2, 1, 2), extra_env=hosts.env) as job:
+      try:
+        if lose:
+          job.wait_for_step(LOSE_AT, timeout=BOUND_S)
+          assert hosts.lose(job, hosts.names[1]), job.tail()
+          job.wait_until(lambda err: world_sizes(err)[1:2] == [1], "a world of one rank", BOUND_S)
+          hosts.publish(*hosts.names)
+          job.wait_until(lambda err: regrown(err, 2) is not None, "a world of two ranks again", BOUND_S)
+        _, left = job.wait_gone(BOUND_S)
+        assert not left and job.proc.returncode == 0, f"left {left}\n{job.tail()}"
+      except AssertionError:
+        if not (lose and attempt == 1 and stalled_after_horovod_died(job.stderr())):
+          raise
+        print(f"the first launch's log, its tail:\n{job.tail()}")
+        warnings.warn("Horovod's race (an orphaned op after its background loop died) ended the first "
+                      "launch through the watchdog; launched again")
+        continue
+    with open(os.path.join(directory, "summary.json")) as fh:
       return json.load(fh), job.stderr()
 
 
