@@ -68,8 +68,8 @@ def run(hosts, model_dir, *args, lose=False):
         warnings.warn("Horovod's race (an orphaned op after its background loop died) ended the first "
                       "launch through the watchdog; launched again")
         continue
-    with open(os.path.join(directory, "summary.json")) as fh:
-      return json.load(fh), job.stderr()
+      with open(os.path.join(directory, "summary.json")) as fh:
+        return json.load(fh), job.stderr()
 
 
 # Hybrid: every world change rebuilds its process sets, probe and plan (horovod's exchange is the
