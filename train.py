@@ -95,7 +95,12 @@ def train(stop_request: signals.StopRequest):
   powersgd = compression.powersgd
   step_var, saver = restore(config, world, mode, model, optimizer, loss_scale, powersgd, data)
   config = dataclasses.replace(config, comm=compression.config)  # auto resolved; config.json keeps it as given
-  variables = model.variables + optimizer.variables + [step_var] + list(powersgd.variables if powersgd else [])
+  replicated = model.variables + optimizer.variables + [step_var]  # alike on every rank (BatchNorm's once agreed)
+  variables = replicated + list(powersgd.variables if powersgd else [])
+  # Horovod: BatchNorm's moving statistics averaged over ranks before each evaluation, save, commit and the
+  # export (one small grouped allreduce): what is measured, saved and served is one model.
+  statistics = sync.statistics_of(model)
+  agree_statistics = lambda: sync.average_statistics(hvd, statistics)  # noqa: E731
   mode.start(variables)
   watchdog.progress(int(step_var), "setup", timed=False)
   eval_step = step_lib.make_eval_step(model)
@@ -179,6 +184,7 @@ def train(stop_request: signals.StopRequest):
     loop = Loop(course, data, step_lib.host_step(train_step), evaluate, save=lambda s: saver.save(s, course.position),
                 schedule=schedule, stop_code=lambda: stop_request.code, policy=Policy.of(config),
                 clock=lambda: time.time() - START, gain=gain, resize=controller.resize if adaptive else None,
+                agree=agree_statistics,
                 hooks=[hooks.StepVariable(step_var), hooks.Watching(watchdog), *filter(None, [measuring]),
                        *([controller] if adaptive else []), hooks.Reporting(progress, by_updates=gain is not None)])
     return loop.run(), progress
@@ -202,7 +208,9 @@ def train(stop_request: signals.StopRequest):
                       variables=variables + [loss_scale.scale, loss_scale.good_steps])
   except (flags.ConfigError, checkpoints.CheckpointError, NoProgress) as e:  # the checkpoints stay intact
     fail(str(e))
-  finish(result, model, saver, watchdog, stop_request, mode, data.info, noise, controller, compression.summary)
+  agree_statistics()  # a diverged run's too: the check below covers every variable
+  finish(result, model, replicated, saver, watchdog, stop_request, mode, data.info, noise, controller,
+         compression.summary)
 
 
 # ------------------------------------------------------------------ setup --
@@ -293,11 +301,14 @@ def restore(config, world, mode, model, optimizer, loss_scale, powersgd, data):
 
 
 # ---------------------------------------------------------- summary, export --
-def finish(result: modes.WorldRun, model, saver, watchdog, stop_request, mode, info, noise, controller, compression):
+def finish(result: modes.WorldRun, model, replicated, saver, watchdog, stop_request, mode, info, noise, controller,
+           compression):
   """summary.json, the SavedModel and the last lines on rank 0; every rank exits with the run's status.
-  compression: summary.json's `compression` entry (comm.exchange.Compression.summary)."""
+  replicated: every variable the ranks must hold alike (the model's, BatchNorm's agreed statistics
+  included, the optimizer's and the step); compression: summary.json's `compression` entry
+  (comm.exchange.Compression.summary)."""
   ending, world, config = result.ending, result.world, result.config
-  identical = sync.replicas_identical(hvd, model.trainable_variables)
+  identical = sync.replicas_identical(hvd, replicated)
   if not identical:
     logging.warning("ranks hold different weights after training: a rank diverged")
   summary = report.summary(ending, config, world, info.name, plan=result.plan, images_per_sec=result.images_per_sec,
@@ -308,7 +319,7 @@ def finish(result: modes.WorldRun, model, saver, watchdog, stop_request, mode, i
   # summary.json first: a failed export or a kill during it (minutes for ResNet-50) loses nothing else.
   if world.is_chief:
     write_json_atomic(os.path.join(config.run.model_dir, "summary.json"), summary)
-  # A model users can serve: rank 0's weights (identical everywhere) with the evaluation
+  # A model users can serve: rank 0's weights and statistics (identical everywhere) with the evaluation
   # preprocessing inside (training/export.py); not for a stopped or diverged run.
   if world.is_chief and config.run.export and ending.status in (outcome.OK, outcome.TARGET_REACHED):
     watchdog.mark("export")  # tracing the serving function: first-time work, the start-up allowance

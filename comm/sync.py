@@ -28,6 +28,32 @@ def broadcast_state(hvd, variables, root_rank: int = 0) -> None:
   hvd.broadcast_variables(plain, root_rank=root_rank)
 
 
+def statistics_of(model) -> list:
+  """The variables each rank updates from its own batches: BatchNorm's moving mean and variance
+  (Keras's non-trainable floating variables; a dropout seed's integer state is not one)."""
+  return [v for v in model.non_trainable_variables if tf.as_dtype(v.dtype).is_floating]
+
+
+def average_statistics(hvd, variables) -> None:
+  """Give every rank the mean over ranks of these variables (statistics_of's), in one grouped
+  allreduce: a collective, every rank calls it at the same point.
+
+  Goyal et al. keep BatchNorm's statistics per worker in training, where only the batch's own
+  are used; the moving averages are what evaluation and serving use, and each rank's follow
+  its own batches, so ranks held different models: a 2-rank digits run printed top-1 0.8433 at
+  an epoch end, and the same checkpoint (rank 0's statistics) gave 0.8567. Their mean, agreed
+  before every evaluation, save, commit and export, makes what is measured, saved and served
+  one model (a few KB: ResNet-50's are 53 layers x 2 vectors, 0.2 MB). Training is unchanged:
+  a training step reads the batch's statistics, not these.
+  """
+  if not variables:
+    return
+  plain = [v.value if not isinstance(v, tf.Variable) else v for v in variables]
+  means = hvd.grouped_allreduce([tf.convert_to_tensor(v) for v in plain], op=hvd.Average, name="bn_statistics")
+  for v, mean in zip(plain, means):
+    v.assign(mean)
+
+
 def barrier(hvd, name: str) -> None:
   """Return once every rank has called it.
 
@@ -134,8 +160,9 @@ def replicas_identical(hvd, variables) -> bool:
   """Whether every rank holds bit-for-bit the same values (one small allgather).
 
   Data-parallel SGD applies the same averaged update everywhere, so trainable
-  weights must stay identical; BatchNorm's moving statistics are per rank by
-  design (Goyal et al.) and are not passed here. NaN in the same places on
+  weights and optimizer slots must stay identical, and BatchNorm's moving
+  statistics are after average_statistics: train.py passes every variable of
+  the model and the optimizer. NaN in the same places on
   every rank counts as identical: weights that are non-finite everywhere are
   a divergence of the run, not of one rank from the others.
   """

@@ -121,6 +121,10 @@ class Course:
   def epoch_ended(self, epoch: int) -> None:
     self.holder.position = self.holder.position.next_epoch()
 
+  def commit_due(self, step: int, force: bool = False) -> bool:
+    """Whether commit(step, force) would commit: never in a fixed world."""
+    return False
+
   def commit(self, step: int, force: bool = False, final: bool = False) -> bool:
     """Nothing to commit in a fixed world."""
     return False
@@ -143,12 +147,15 @@ class Elastic(Course):
     self.state, self.commit_every = state, commit_every
     self.commit_seconds = []  # each commit's time (make faults reports the median)
 
+  def commit_due(self, step: int, force: bool = False) -> bool:
+    return force or step % self.commit_every == 0
+
   def commit(self, step: int, force: bool = False, final: bool = False) -> bool:
     """Every commit_every steps (and, forced, at each checkpoint): the state is kept in host
     memory; Horovod raises HostsUpdatedInterrupt here when the discovery script's hosts changed,
     except at the run's final commit (final): a new world would have nothing left to train, and
     evaluated again and reported `nothing_left` with no images/s. Whether it committed."""
-    if not (force or step % self.commit_every == 0):
+    if not self.commit_due(step, force):
       return False
     start = time.perf_counter()
     self.state.save()

@@ -126,6 +126,8 @@ class Loop:
   train_step(images, labels, lr, stop) -> out with .loss, .correct, .finite, .stop (training/step.py);
   evaluate(on_batch) -> HeldOut or None (no held-out split); on_batch() after each batch;
   save(step) -> bool: False when some rank's weights hold inf/NaN (nothing written);
+  agree() -> None: the ranks' BatchNorm statistics made one model's (comm.sync.average_statistics,
+  a collective), called before every evaluation, save and commit, once a step;
   schedule(step) -> LR; stop_code() -> this rank's stop request (0: none); clock() -> seconds
   since start-up; gain: None (the linear rule) or optimizers/adascale.Gain: each step's LR is
   r / S x schedule(step) and the course's clock moves on by r (the schedule's step, in this world's
@@ -134,10 +136,11 @@ class Loop:
   """
 
   def __init__(self, course, data, train_step, evaluate, save, schedule, stop_code, policy: Policy,
-               hooks=(), clock=time.time, gain=None, resize=None):
+               hooks=(), clock=time.time, gain=None, resize=None, agree=lambda: None):
     self.course, self.data, self.train_step, self.evaluate_fn = course, data, train_step, evaluate
     self.save_fn, self.schedule, self.stop_code, self.policy = save, schedule, stop_code, policy
     self.hooks, self.clock, self.gain, self.resize = list(hooks), clock, gain, resize
+    self.agree, self.agreed = agree, None  # the step the statistics were last agreed at
     self.resize_to = 0
     self.spe = data.steps_per_epoch
     self.held = None
@@ -267,9 +270,16 @@ class Loop:
                   stop_code=self.agreed_stop, images=self.course.position.images,
                   gain=self.r if self.gain else None, tau=self.course.position.tau, resize_to=self.resize_to)
 
+  def _agree(self, step: int) -> None:
+    """One model before it is measured, saved or committed (every rank reaches the same steps)."""
+    if self.agreed != step:
+      self.agree()
+      self.agreed = step
+
   def _evaluate(self) -> bool:
     """The held-out metrics, told to the hooks; whether they meet the target."""
     step = self.course.step
+    self._agree(step)
     self._tell("before", "eval", step)
     held = self.evaluate_fn(lambda: self._tell("after_eval_batch", step))
     if held is not None:
@@ -285,6 +295,7 @@ class Loop:
     return True
 
   def _save(self, step: int) -> bool:
+    self._agree(step)
     self._tell("before", "checkpoint", step)
     ok = self.save_fn(step)
     self._tell("after_save", step)
@@ -293,5 +304,7 @@ class Loop:
     return ok
 
   def _commit(self, step: int, force: bool = False, final: bool = False) -> None:
+    if self.course.commit_due(step, force):
+      self._agree(step)
     if self.course.commit(step, force, final):
       self._tell("after_commit", step)

@@ -52,7 +52,7 @@ class Run:
 
   def __init__(self, spe=4, epochs=2.0, max_steps=0, start=0, policy=Policy(), nonfinite=(), stop_at=None,
                stop_now=0, top1=lambda step: 0.1, bad_saves=(), data=None, the_course=None, max_evals=50,
-               resize=None):
+               resize=None, agree=False):
     self.events, self.nonfinite, self.stop_at, self.top1 = [], set(nonfinite), stop_at, top1
     self.bad_saves, self.code, self.max_evals = set(bad_saves), stop_now, max_evals
     self.data = data or Data(spe)
@@ -60,7 +60,8 @@ class Run:
     self.hook = Recorder(self.events)
     self.loop = Loop(self.course, self.data, self.step, self.evaluate, self.save, schedule=lambda s: 0.5 + s,
                      stop_code=lambda: self.code, policy=policy, hooks=[self.hook], clock=lambda: 12.34,
-                     resize=resize)
+                     resize=resize, agree=(lambda: self.events.append(("agree", self.course.step))) if agree else
+                     (lambda: None))
 
   def step(self, images, labels, lr, stop):
     taking = self.course.step + 1
@@ -269,6 +270,16 @@ class FakeState:
 
 def elastic_course(state, commit_every=3, epochs=2.0, max_steps=0):
   return course.Elastic(state, commit_every, types.SimpleNamespace(epochs=epochs, max_steps=max_steps), ONE, UNIT)
+
+
+def test_the_statistics_are_agreed_once_before_each_step_is_saved_evaluated_or_committed():
+  # One model (comm.sync.average_statistics) before whatever measures, saves or commits it: once a step.
+  _, events = Run(spe=4, epochs=1, policy=Policy(eval_every=3), agree=True).run()
+  assert events == steps(1, 2, 3) + [("agree", 3), ("eval", 3), ("step", 4), ("agree", 4), ("save", 4), ("eval", 4)]
+  _, events = Run(data=Data(4, num_train=32), the_course=elastic_course(FakeState()), agree=True).run()
+  assert events[:9] == steps(1, 2, 3) + [("agree", 3), ("commit", 3), ("step", 4), ("agree", 4), ("save", 4),
+                                         ("eval", 4)]
+  assert events[9:11] == [("commit", 4), ("step", 5)]  # the epoch end's commit reuses the agreement
 
 
 def test_elastic_commits_every_n_steps_and_at_each_checkpoint():
