@@ -8,6 +8,11 @@ import time
 import tensorflow as tf
 
 
+def eval_line(epoch: float, top1: float, top5: float, loss: float) -> str:
+  """The held-out evaluation's line, in a run and under --eval_only alike (scripts compare them)."""
+  return f"epoch {epoch:6.2f}  eval top1 {top1:.4f}  top5 {top5:.4f}  loss {loss:.4f}"
+
+
 def emit(line: str, stream=None) -> None:
   """Write one whole line in a single write, then flush.
 
@@ -129,7 +134,7 @@ class Progress:
     step, updates: as step()'s."""
     if not self.is_chief or top1 is None:
       return
-    emit(f"epoch {step / self.steps_per_epoch:6.2f}  eval top1 {top1:.4f}  top5 {top5:.4f}  loss {loss:.4f}")
+    emit(eval_line(step / self.steps_per_epoch, top1, top5, loss))
     with self.writer.as_default(step=step if updates is None else updates):
       tf.summary.scalar("eval/top1", top1)
       tf.summary.scalar("eval/top5", top5)

@@ -25,6 +25,7 @@ scalars, checkpoints, summary.json and, at the end, a SavedModel to serve
 final_top5, final_loss, images_per_sec, ranks, global_batch, time_to_target_seconds, ...).
 """
 import dataclasses
+import json
 import os
 import sys
 import time
@@ -47,9 +48,9 @@ from comm.exchange import make_compression, make_gradient_exchange  # noqa: E402
 from input import pipeline  # noqa: E402
 from models import build_model  # noqa: E402
 from optimizers import adascale, build_optimizer, precision, schedules  # noqa: E402
-from progress import Progress, emit, write_json_atomic  # noqa: E402
+from progress import Progress, emit, eval_line, write_json_atomic  # noqa: E402
 from training import batch_control, checkpoints, evaluation, export, hooks, modes, outcome, report, signals  # noqa: E402
-from training import loop as loop_lib  # noqa: E402
+from training import course as course_lib, loop as loop_lib  # noqa: E402
 from training import step as step_lib, watchdog as watchdog_lib  # noqa: E402
 from training.loop import Loop, NoProgress, Policy  # noqa: E402
 from training.noise_scale import NoiseScale  # noqa: E402
@@ -104,6 +105,8 @@ def train(stop_request: signals.StopRequest):
   mode.start(variables)
   watchdog.progress(int(step_var), "setup", timed=False)
   eval_step = step_lib.make_eval_step(model)
+  if config.run.eval_only:  # --eval_only: the checkpoint's held-out metrics, nothing trained or written
+    return evaluate_checkpoint(config, world, mode, data, eval_step, saver, step_var, watchdog, stop_request)
   writers = {}  # rank 0's TensorBoard writer, made once
   noise = NoiseScale() if config.run.noise_scale else None  # B_simple, smoothed over steps and worlds
   # --batch_policy=adaptive: the goodput controller of the accumulation steps (rank 0 decides).
@@ -293,11 +296,37 @@ def restore(config, world, mode, model, optimizer, loss_scale, powersgd, data):
     try:
       if saver.writer().restore_newest() is not None:
         mode.restored(saver.newest, int(step_var), config, data)
+      elif config.run.eval_only:  # every checkpoint was unreadable (each set aside with a line)
+        raise checkpoints.CheckpointError(f"--eval_only found no readable checkpoint in {config.run.model_dir}.")
     except checkpoints.CheckpointError as e:
       fail(str(e))
+    if config.run.eval_only:  # the run's config.json stays the run's
+      return step_var, saver
     write_json_atomic(os.path.join(config.run.model_dir, flags.CONFIG_FILE),
                       {"identity": flags.checkpoint_identity(config), "config": config.to_json()})
   return step_var, saver
+
+
+# ------------------------------------------------------------- eval only --
+def evaluate_checkpoint(config, world, mode, data, eval_step, saver, step_var, watchdog, stop_request):
+  """--eval_only: the restored checkpoint's held-out metrics on this world's ranks, the run's eval line
+  and one JSON line on rank 0. Its BatchNorm statistics are one model's (averaged before every save), so
+  any number of ranks gives the figures the run printed at that step."""
+  step = int(step_var)
+  epochs = course_lib.epochs_as_trained(mode.position, config.run, config.data, data.info.num_train,
+                                        config.optim.adascale_base)
+  mode.log("evaluating %s (step %d, epoch %.2f) on %d ranks", saver.newest or "the newest checkpoint", step,
+           epochs, world.size)
+  watchdog.mark("eval")
+  held = evaluation.evaluator(eval_step, data, lambda sums: hvd.allreduce(sums, op=hvd.Sum, name="eval_totals"))(
+      lambda: watchdog.progress(step, "eval", timed=False))
+  if world.is_chief:
+    emit(eval_line(epochs, held.top1, held.top5, held.loss))
+    emit(json.dumps({"status": "evaluated", "checkpoint": saver.newest, "step": step, "epoch": round(epochs, 3),
+                     "top1": held.top1, "top5": held.top5, "loss": held.loss, "count": held.count,
+                     "ranks": world.size}), sys.stdout)
+  watchdog.close()
+  stop_request.close()
 
 
 # ---------------------------------------------------------- summary, export --

@@ -69,6 +69,7 @@ class RunConfig:
   threads: int
   export: bool = True    # rank 0 writes a SavedModel to <model_dir>/export/ at the end (training/export.py)
   noise_scale: bool = True  # measure the gradient noise scale each step (training/noise_scale.py)
+  eval_only: bool = False   # evaluate the newest checkpoint and exit (train.py's evaluate_checkpoint)
 
 
 @dataclasses.dataclass(frozen=True)

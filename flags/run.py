@@ -34,6 +34,11 @@ def define() -> None:
       "and report it in the progress lines, TensorBoard and summary.json; needs 2+ ranks or "
       "--accumulation_steps >= 2. Costs two squared norms and one 4-byte allreduce a step "
       "(docs/noise_scale.md); --noise_scale=false skips them.")
+  absl_flags.DEFINE_boolean(
+      "eval_only", False, "Evaluate the newest checkpoint of --model_dir on the held-out split, print its "
+      "eval line and one JSON line, and exit: nothing is trained or written. Any number of ranks gives the "
+      "same figures (BatchNorm's statistics are one model's in every checkpoint); the model, data set and "
+      "optimizer flags must be the run's, the batch flags are checked but not used.")
   absl_flags.DEFINE_integer(
       "threads", 0, "TensorFlow intra-op threads per rank (0: the node's cores "
       "divided by the ranks on the node, so ranks do not oversubscribe the CPU).")
@@ -55,4 +60,4 @@ def build(f) -> RunConfig:
                    epochs=f.epochs, max_steps=f.max_steps, seed=f.seed,
                    log_every=f.log_every, checkpoint_every=f.checkpoint_every,
                    keep_checkpoints=f.keep_checkpoints, threads=f.threads, export=f.export,
-                   noise_scale=f.noise_scale)
+                   noise_scale=f.noise_scale, eval_only=f.eval_only)

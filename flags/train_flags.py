@@ -4,6 +4,7 @@
 The rest of the code receives the Config (or plain values from it) and never
 reads absl's FLAGS, so every module works as a library and in tests.
 """
+import glob
 import json
 import os
 
@@ -34,7 +35,15 @@ def build_config(f, world: World) -> Config:
   data_config = data.build(f, world)
   run_config, optim_config, comm_config = run.build(f), optim.build(f, data_config.batch_size), comm.build(f)
   faults_config = faults.build(f)
-  _check_adascale(optim_config, run_config, data_config, comm_config, world)
+  if not run_config.eval_only:  # what the noise scale needs to train; an evaluation on 1 rank needs none of it
+    _check_adascale(optim_config, run_config, data_config, comm_config, world)
+  if run_config.eval_only:
+    if faults_config.elastic:
+      raise ConfigError("--eval_only evaluates a checkpoint in one fixed world; drop --elastic (and launch "
+                        "with plain horovodrun or mpirun).")
+    if data_config.dataset.num_eval == 0 and not data_config.dataset.on_disk:
+      raise ConfigError(f"--eval_only needs a held-out split, and --dataset={data_config.dataset.name} has none; "
+                        "evaluate a run of a data set with one.")
   if faults_config.elastic and comm_config.compression == "auto":
     raise ConfigError("--compression=auto chooses at start-up for the links of one world, and --elastic changes "
                       "the world; choose --compression=powersgd or none with --elastic.")
@@ -81,6 +90,9 @@ def check_paths(config: Config) -> tuple[str | None, sources.Scanned | None]:
   if problem:
     return problem, None
   if config.world.is_chief:
+    if config.run.eval_only and not glob.glob(os.path.join(config.run.model_dir, "ckpt-*.index")):
+      return (f"--eval_only found no checkpoint in --model_dir={config.run.model_dir}; point it at a run's "
+              "directory, or train first."), None
     problem = _unwritable(config.run.model_dir)
     if problem:
       return (f"--model_dir={config.run.model_dir} is not writable ({problem}); "

@@ -130,6 +130,14 @@ class Course:
     return False
 
 
+def epochs_as_trained(position, run: RunConfig, data_config, num_train: int, base_batch: int = 0) -> float:
+  """The epoch the run's own lines gave at `position`: counted in the steps of the global batch it
+  trained at then (another world's batch would read a mid-epoch position differently)."""
+  batch = position.global_batch or data_config.global_batch
+  then = dataclasses.replace(data_config, global_batch=batch)
+  return Course(Held(position), run, None, then, base_batch=base_batch).epochs(max(1, num_train // batch))
+
+
 class Held:
   """A fixed run's position holder (--elastic's is the TrainingState)."""
 

@@ -75,6 +75,8 @@ def test_defaults_are_valid(tmp_path):
     ({"lr_scaling": "adascale", "base_batch": 8, "compression": "auto"}, World(size=2), "--compression=auto"),
     # auto prices one world's links at start-up; --elastic changes the world.
     ({"compression": "auto", "elastic": True}, World(size=2), "--compression=auto"),
+    ({"eval_only": True, "elastic": True}, World(size=2), "--elastic"),  # one fixed world evaluates
+    ({"eval_only": True, "dataset": "synthetic"}, World(size=2), "held-out split"),
 ])
 def test_bad_flags(overrides, world, must_name):
   message = error(world, **overrides)
@@ -139,6 +141,18 @@ def test_a_checkpoint_of_the_linear_rule_is_refused_under_adascale(tmp_path):
   (tmp_path / flags.CONFIG_FILE).write_text(json.dumps({"identity": flags.checkpoint_identity(ada)}))
   other_base = flags.build_config(values(model_dir=str(tmp_path), lr_scaling="adascale", base_batch=8), World(size=2))
   assert "--base_batch=32, not 8" in flags.check_paths(other_base)[0]
+
+
+def test_eval_only_needs_a_checkpoint_and_not_what_training_at_adascale_needs(tmp_path):
+  # One rank may evaluate an AdaScale run (training there would need accumulation for the noise scale).
+  config = flags.build_config(values(model_dir=str(tmp_path / "run"), eval_only=True, lr_scaling="adascale",
+                                     base_batch=8), World())
+  message, _ = flags.check_paths(config)
+  assert message.startswith("--eval_only found no checkpoint in --model_dir=") and "train first" in message
+  assert not os.path.exists(tmp_path / "run")  # refused before anything is made
+  os.makedirs(tmp_path / "run")
+  (tmp_path / "run" / "ckpt-5.index").write_text("")
+  assert flags.check_paths(config) == (None, None)
 
 
 def test_missing_data_dir(tmp_path):

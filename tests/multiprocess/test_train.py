@@ -28,13 +28,20 @@ def train_args(model_dir, *extra):
   return ("python", "train.py", f"--model_dir={model_dir}", f"--model={MODEL}", "--log_every=5", *extra)
 
 
-def test_a_short_run_lowers_the_loss_and_every_rank_stops_at_the_same_evaluation(tmp_path):
-  # Two ranks to a target (a short run of what make train runs): the loss falls, every rank leaves
-  # the loop after the same step (otherwise the weights differ, or the final comparison, a
-  # collective, waits for a rank still training and the run never ends), the checkpoint and
-  # summary are rank 0's. What each exit does is tests/training/test_loop.py's, in one process.
-  proc = horovodrun(2, *train_args(tmp_path, "--epochs=4", "--batch_size=32", "--warmup_epochs=0.5", "--eval_every=5",
+@pytest.fixture(scope="module")
+def target_run(tmp_path_factory):
+  """Two ranks to a target (a short run of what make train runs): (the launch, its --model_dir)."""
+  model_dir = tmp_path_factory.mktemp("target")
+  proc = horovodrun(2, *train_args(model_dir, "--epochs=4", "--batch_size=32", "--warmup_epochs=0.5", "--eval_every=5",
                                    "--target_top1=0.85", "--export=false"), check=True, timeout=400)
+  return proc, model_dir
+
+
+def test_a_short_run_lowers_the_loss_and_every_rank_stops_at_the_same_evaluation(target_run):
+  # The loss falls, every rank leaves the loop after the same step (otherwise the weights differ, or the
+  # final comparison, a collective, waits for a rank still training and the run never ends), the
+  # checkpoint and summary are rank 0's. What each exit does is tests/training/test_loop.py's, in one process.
+  proc, tmp_path = target_run
   losses = [float(x) for x in re.findall(r"step +\d+/\d+  loss ([0-9.]+)", proc.stderr)]
   assert len(losses) >= 4 and losses[-1] < 0.5 * losses[0], losses
   summary = summary_of(proc)
@@ -56,6 +63,24 @@ def test_a_short_run_lowers_the_loss_and_every_rank_stops_at_the_same_evaluation
   noise = summary["noise_scale"]
   assert (noise["b_small"], noise["b_big"], noise["steps"]) == (32, 64, step) and noise["b_simple"] > 0, noise
   assert noise["at_target"]["step"] == step and re.search(r"B_simple +\d+", proc.stderr), noise
+
+
+def test_a_checkpoint_evaluated_on_1_2_and_4_ranks_gives_what_the_run_printed_at_its_step(target_run):
+  # One model (BatchNorm's statistics averaged before each save and evaluation): the run's last
+  # evaluation, the one that reached the target, is its checkpoint's on any number of ranks. With each
+  # rank's own statistics the ranks held different models, and a 2-rank run's figure was a blend.
+  proc, model_dir = target_run
+  step = summary_of(proc)["target_step"]
+  printed = re.findall(r"(epoch +[\d.]+  eval top1 [\d.]+  top5 [\d.]+  loss [\d.]+)", proc.stderr)[-1]
+  for ranks in (1, 2, 4):
+    evaluated = horovodrun(ranks, *train_args(model_dir, "--epochs=4", "--batch_size=32", "--eval_only"), check=True,
+                           timeout=300)
+    result = summary_of(evaluated)
+    assert (result["status"], result["step"], result["ranks"], result["count"]) == ("evaluated", step, ranks, 300)
+    assert re.findall(r"epoch +[\d.]+  eval top1 .*", evaluated.stderr) == [printed], (ranks, evaluated.stderr[-2000:])
+    assert f"evaluating {model_dir}/ckpt-{step} (step {step}" in evaluated.stderr
+  assert json.load(open(model_dir / "summary.json"))["target_step"] == step  # nothing written by an evaluation
+  assert not os.path.exists(model_dir / f"ckpt-{step + 1}.index")
 
 
 def test_bad_flag_stops_every_rank_with_one_sentence(tmp_path):
