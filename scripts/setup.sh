@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make setup: apt packages, .venv, pinned Python packages, Horovod 0.28.1 built
-# with TensorFlow + MPI + Gloo, and the project's image kernel
-# (scripts/build_ops.sh). Idempotent: when the stamp matches the inputs
-# and the build check passes it returns in seconds.
+# with TensorFlow + MPI + Gloo from its sdist with the project's patch
+# (scripts/horovod/tensor_queue.patch: Horovod's elastic race, docs/setup.md),
+# and the project's image kernel (scripts/build_ops.sh). Idempotent: when the
+# stamp matches the inputs and the build check passes it returns in seconds.
 #
 # GPU=1 (make setup-gpu): TensorFlow with CUDA (tensorflow[and-cuda], which
 # brings CUDA, cuDNN and NCCL as pip wheels) and Horovod with
@@ -15,13 +16,20 @@ VENV=.venv
 PY=$VENV/bin/python
 HOROVOD_VERSION=0.28.1
 STAMP=$VENV/.setup-stamp
+# The sdist is downloaded, extracted and patched here (inside .venv: git-ignored).
+HOROVOD_SRC=$VENV/src
+HOROVOD_PATCH=scripts/horovod/tensor_queue.patch
+# Written into the installed horovod package after a patched build: the patch's sha256 and the
+# built library's, so check_build tells this build from an unpatched one (or one pip replaced).
+PATCH_MARKER=imagenet_minutes_patch.sha256
 # dataset-fashion-mnist: Fashion-MNIST's original IDX files in /usr/share/datasets/fashion-mnist
 # (--dataset=fashion_mnist, input/fashion_mnist.py).
 APT_PACKAGES="openmpi-bin libopenmpi-dev cmake g++ make libhighwayhash-dev libfarmhash-dev dataset-fashion-mnist"
 GPU=${GPU:-0}
 REQUIREMENTS=requirements.txt
 [ "$GPU" = 1 ] && REQUIREMENTS=requirements-gpu.txt
-want_stamp="$(cat requirements-base.txt "$REQUIREMENTS" scripts/setup.sh | sha256sum | cut -d' ' -f1) gpu=$GPU"
+want_stamp="$(cat requirements-base.txt "$REQUIREMENTS" scripts/setup.sh "$HOROVOD_PATCH" | sha256sum | cut -d' ' -f1) gpu=$GPU"
+PATCH_SHA=$(sha256sum "$HOROVOD_PATCH" | cut -d' ' -f1)
 
 gpu_build_env() {
   # NCCL from the nvidia-nccl-cu12 wheel that tensorflow[and-cuda] installs.
@@ -31,8 +39,27 @@ gpu_build_env() {
   echo "HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_INCLUDE=$nccl/include HOROVOD_NCCL_LIB=$nccl/lib HOROVOD_NCCL_LINK=SHARED"
 }
 
+# The marker's text for the installed Horovod: the patch's sha256, then its TensorFlow library's.
+patch_marker() {
+  "$PY" - "$PATCH_SHA" "$HOROVOD_PATCH" <<'PY'
+import glob, hashlib, os, sys
+import horovod
+lib, = glob.glob(os.path.join(os.path.dirname(horovod.__file__), "tensorflow", "mpi_lib*.so"))
+print(f"{sys.argv[1]} {sys.argv[2]}")
+with open(lib, "rb") as fh:
+  print(f"{hashlib.file_digest(fh, 'sha256').hexdigest()} tensorflow/{os.path.basename(lib)}")
+PY
+}
+
 check_build() {
-  "$PY" - <<'PY'
+  MARKER="$PATCH_MARKER" WANT="$(patch_marker)" "$PY" - <<'PY'
+import os
+import horovod
+marker = os.path.join(os.path.dirname(horovod.__file__), os.environ["MARKER"])
+have = open(marker).read() if os.path.exists(marker) else ""
+assert have.strip() == os.environ["WANT"].strip(), (
+    "Horovod was built without scripts/horovod/tensor_queue.patch, with another version of it, "
+    "or replaced since")
 import horovod.tensorflow as hvd
 assert hvd.mpi_built(), "Horovod was built without MPI"
 assert hvd.gloo_built(), "Horovod was built without Gloo"
@@ -67,13 +94,30 @@ fi
 "$PY" -m pip install -q -r "$REQUIREMENTS"
 
 if ! check_build >/dev/null 2>&1; then
-  echo "setup: building horovod $HOROVOD_VERSION against $("$PY" -c 'import tensorflow as tf; print(tf.__version__)') (about 4 minutes on 2 cores)"
+  echo "setup: building horovod $HOROVOD_VERSION with $HOROVOD_PATCH against $("$PY" -c 'import tensorflow as tf; print(tf.__version__)') (about 4 minutes on 2 cores)"
+  # The sdist, extracted afresh and patched (Horovod has had no release since 0.28.1).
+  sdist=$HOROVOD_SRC/horovod-$HOROVOD_VERSION.tar.gz
+  if [ ! -f "$sdist" ]; then
+    mkdir -p "$HOROVOD_SRC/download"
+    "$PY" -m pip download -q --no-binary :all: --no-deps --no-build-isolation \
+      -d "$HOROVOD_SRC/download" "horovod==$HOROVOD_VERSION"
+    mv "$HOROVOD_SRC/download/horovod-$HOROVOD_VERSION.tar.gz" "$sdist"
+  fi
+  tree=$HOROVOD_SRC/horovod-$HOROVOD_VERSION
+  rm -rf "$tree"
+  tar -xzf "$sdist" -C "$HOROVOD_SRC"
+  patch -p1 -s -d "$tree" < "$HOROVOD_PATCH"
   # Build against the TensorFlow just installed: no build isolation, and no
   # cached wheel that may have been compiled against another TensorFlow.
+  # --force-reinstall --no-deps: replace an installed 0.28.1 (the unpatched
+  # build) whatever pip thinks of the version; the dependencies are pinned in
+  # requirements-base.txt.
   env HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
   HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 $(gpu_build_env) \
   MAKEFLAGS="-j$(nproc)" \
-    "$PY" -m pip install -q --no-build-isolation --no-cache-dir --no-binary=horovod "horovod==$HOROVOD_VERSION"
+    "$PY" -m pip install -q --no-build-isolation --no-cache-dir --force-reinstall --no-deps "$tree"
+  installed=$("$PY" -c 'import horovod, os; print(os.path.dirname(horovod.__file__))')
+  patch_marker > "$installed/$PATCH_MARKER"
 fi
 check_build
 echo "$want_stamp" > "$STAMP"
