@@ -12,13 +12,13 @@ Whether a run ends is decided after each step (`_step`) and at each epoch's end 
 what is due by one predicate (`due`), and what is saved on the way out by one rule (`_finish`):
 
   finished      save, evaluate, commit
-  target        save (the evaluation that reached it just ran)
+  target        nothing more (the evaluation that reached it was saved first)
   stopped       save (a stop at the last step is a finished run)
   diverged      nothing: the step's update was not applied, the newest checkpoint is good
   a save that finds inf/NaN in the weights turns any of these into a divergence (not reached)
 
-Saves come before evaluations, at an epoch's end as at the run's: ImageNet's 50,000 held-out
-images take minutes, and a SIGTERM during them is followed by SIGKILL within 10 s (mpirun)
+Every evaluation comes after a save of its step, mid-epoch (--eval_every) as at an epoch's end
+and at the run's: ImageNet's 50,000 held-out images take minutes, and a SIGTERM during them is followed by SIGKILL within 10 s (mpirun)
 or 5 s (Gloo's horovodrun), which lost the whole epoch when the save came after. The epoch
 end's checkpoint is taken before the epoch is counted as ended, so a run stopped there (or
 at an epoch's last step) evaluates that epoch when it resumes.
@@ -207,14 +207,15 @@ class Loop:
     if verdict.status == outcome.STOPPED:
       return outcome.STOPPED, SIGNAL
     into = course.into_epoch(spe)
-    if due(into, self.policy.eval_every):
-      if self._evaluate():
-        return outcome.TARGET_REACHED, TARGET
-    # A --checkpoint_every save is a commit too (--elastic: a world change resumes from it); at
-    # an epoch's last step the epoch end saves, once (its finiteness agreed once).
-    saving = due(step, self.policy.checkpoint_every) and into
+    evaluating = due(into, self.policy.eval_every)
+    # A --checkpoint_every save is a commit too (--elastic: a world change resumes from it), and every
+    # evaluation is saved first (the module docstring); at an epoch's last step the epoch end saves,
+    # once (its finiteness agreed once).
+    saving = (due(step, self.policy.checkpoint_every) or evaluating) and into
     if saving and not self._save(step):
       return outcome.DIVERGED, NONFINITE_WEIGHTS
+    if evaluating and self._evaluate():
+      return outcome.TARGET_REACHED, TARGET
     self._commit(step, force=bool(saving))
     if self.resize and into:  # an epoch's last step: its end comes first, in this stretch
       self.resize_to = self.resize(step) or 0

@@ -118,7 +118,14 @@ def test_evaluations_count_steps_into_the_epoch_when_the_spacing_does_not_divide
   # 10 steps an epoch, every 4: at 4 and 8 into each epoch, and at its end (none at 12 = 2 into epoch 1).
   ending, events = Run(spe=10, epochs=2, policy=Policy(eval_every=4)).run()
   assert [e for e in events if e[0] == "eval"] == [("eval", s) for s in (4, 8, 10, 14, 18, 20)]
-  assert [e for e in events if e[0] == "save"] == [("save", 10), ("save", 20)]
+  # Each evaluation saved first: a stop during one loses nothing (the loop's docstring).
+  assert [e for e in events if e[0] == "save"] == [("save", s) for s in (4, 8, 10, 14, 18, 20)]
+
+
+def test_an_evaluation_on_a_checkpoint_every_step_comes_after_its_save():
+  # A SIGTERM during a mid-epoch evaluation (ImageNet's take minutes) must find its step saved.
+  _, events = Run(spe=10, epochs=1, policy=Policy(eval_every=4, checkpoint_every=4)).run()
+  assert events[:6] == steps(1, 2, 3, 4) + [("save", 4), ("eval", 4)]
 
 
 def test_checkpoint_every_counts_the_runs_steps_and_max_steps_ends_mid_epoch():
@@ -142,11 +149,11 @@ def test_every_batch_is_read_under_the_input_phase_even_after_a_save():
   assert ("step", 4) in marks and marks[marks.index(("step", 4)) + 1] == ("before", "epoch", 4)
 
 
-def test_a_target_met_mid_epoch_ends_the_run_there_and_saves():
+def test_a_target_met_mid_epoch_ends_the_run_there_saved_before_its_evaluation():
   run = Run(spe=4, epochs=3, policy=Policy(eval_every=2, target_top1=0.5), top1=lambda s: 0.6 if s >= 6 else 0.1)
   ending, events = run.run()
-  assert events == (steps(1, 2) + [("eval", 2)] + steps(3, 4) + [("save", 4), ("eval", 4)] + steps(5, 6)
-                    + [("eval", 6), ("save", 6)])
+  assert events == (steps(1, 2) + [("save", 2), ("eval", 2)] + steps(3, 4) + [("save", 4), ("eval", 4)] + steps(5, 6)
+                    + [("save", 6), ("eval", 6)])
   assert (ending.status, ending.cause, ending.step) == (outcome.TARGET_REACHED, loop.TARGET, 6)
   assert ending.reached == loop.Reached(seconds=12.3, step=6, epoch=1.5) and ending.held.top1 == 0.6
 
@@ -215,7 +222,7 @@ def test_fp16_overflows_skip_steps_until_the_limit(bad, want_status, want_events
     (Policy(), None, 0.1, steps(1, 2, 3, 4) + [("save", 4)]),                                    # an epoch end
     (Policy(checkpoint_every=2), None, 0.1, steps(1, 2) + [("save", 2)] + steps(3, 4) + [("save", 4)]),  # periodic
     (Policy(), 3, 0.1, steps(1, 2, 3) + [("save", 3)]),                                           # at a stop
-    (Policy(eval_every=3, target_top1=0.5), None, 0.9, steps(1, 2, 3) + [("eval", 3), ("save", 3)]),  # a target
+    (Policy(eval_every=3, target_top1=0.5), None, 0.9, steps(1, 2, 3) + [("save", 3)]),  # before an evaluation
 ])
 def test_inf_or_nan_weights_found_at_a_save_end_the_run_as_a_divergence(policy, stop_at, top1, want_events):
   bad = {want_events[-1][1]}
@@ -275,7 +282,8 @@ def elastic_course(state, commit_every=3, epochs=2.0, max_steps=0):
 def test_the_statistics_are_agreed_once_before_each_step_is_saved_evaluated_or_committed():
   # One model (comm.sync.average_statistics) before whatever measures, saves or commits it: once a step.
   _, events = Run(spe=4, epochs=1, policy=Policy(eval_every=3), agree=True).run()
-  assert events == steps(1, 2, 3) + [("agree", 3), ("eval", 3), ("step", 4), ("agree", 4), ("save", 4), ("eval", 4)]
+  assert events == steps(1, 2, 3) + [("agree", 3), ("save", 3), ("eval", 3), ("step", 4), ("agree", 4), ("save", 4),
+                                     ("eval", 4)]
   _, events = Run(data=Data(4, num_train=32), the_course=elastic_course(FakeState()), agree=True).run()
   assert events[:9] == steps(1, 2, 3) + [("agree", 3), ("commit", 3), ("step", 4), ("agree", 4), ("save", 4),
                                          ("eval", 4)]
