@@ -18,9 +18,16 @@ tau reaches them, and the data's own epochs (evaluations at their ends, the posi
 files) run on as many as that takes.
 """
 import dataclasses
+import math
 import time
 
 from flags.config import RunConfig
+
+
+def whole(x: float) -> int:
+  """x rounded down, past float error (2.3 epochs x 10 steps is 22.999999999999996): every count of
+  steps here is rounded one way."""
+  return math.floor(x + 1e-9)
 
 
 class Course:
@@ -49,16 +56,20 @@ class Course:
   def into_epoch(self, steps_per_epoch: int) -> int:
     """Steps of this world's batch the epoch has trained, 0 at its end (which the epoch end
     itself handles: an --eval_every that divides the epoch does not evaluate its last step twice)."""
-    into = min(steps_per_epoch, round(self._epoch_images() / self.data_config.global_batch))
-    return into % steps_per_epoch
+    return self._steps_into(steps_per_epoch) % steps_per_epoch
+
+  def _steps_into(self, steps_per_epoch: int) -> int:
+    """Whole steps of this world's batch in what the epoch has trained, rounded down: one way, so
+    a position of another world's batch moves on by exactly one a step (round(), half to even, read
+    a 1-rank run's odd step 71 on 2 ranks as 36, then 36 again, and ran its evaluation twice)."""
+    return min(steps_per_epoch, whole(self._epoch_images() / self.data_config.global_batch))
 
   def nominal_step(self, steps_per_epoch: int) -> float:
     """The LR schedule's and the progress line's step: epochs trained in this world's steps (AdaScale:
     the schedule's base-batch steps in this world's, a fraction)."""
     if self.base_batch:
       return self.holder.position.tau * self.base_batch / self.data_config.global_batch
-    into = min(steps_per_epoch, round(self._epoch_images() / self.data_config.global_batch))
-    return self.holder.position.epoch * steps_per_epoch + into
+    return self.holder.position.epoch * steps_per_epoch + self._steps_into(steps_per_epoch)
 
   def epochs(self, steps_per_epoch: int) -> float:
     return self.nominal_step(steps_per_epoch) / steps_per_epoch
@@ -73,15 +84,15 @@ class Course:
 
   def last_step(self, steps_per_epoch: int) -> int:
     """The schedule's step the run ends at, in this world's steps (--max_steps counts updates)."""
-    total = int(round(self.run.epochs * steps_per_epoch))
+    total = whole(self.run.epochs * steps_per_epoch)
     if self.run.max_steps:  # AdaScale: a bound (a step moves its clock by at most one of this world's)
-      return min(total, int(round(self.nominal_step(steps_per_epoch))) + max(0, self.run.max_steps - self.step))
+      return min(total, whole(self.nominal_step(steps_per_epoch)) + max(0, self.run.max_steps - self.step))
     return total
 
   def finished(self, steps_per_epoch: int) -> bool:
     if self.run.max_steps and self.step >= self.run.max_steps:
       return True
-    return self.nominal_step(steps_per_epoch) >= int(round(self.run.epochs * steps_per_epoch))
+    return self.nominal_step(steps_per_epoch) >= whole(self.run.epochs * steps_per_epoch)
 
   def batches(self, data):
     """(epoch, this rank's batches of what the epoch has left). In one world the step within the

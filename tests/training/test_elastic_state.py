@@ -26,6 +26,20 @@ def test_a_position_counts_steps_worlds_and_epochs():
   assert Position.from_json(json.loads(json.dumps(p.to_json()))) == p
 
 
+def test_a_position_of_another_worlds_batch_moves_on_one_step_a_step():
+  # Requeued from 1 rank (global batch 32) at its odd step 71 onto 2 ranks (64): 35.5 steps of the new
+  # batch are trained; rounded down, then one a step (half-to-even rounding read 36, 36: an evaluation twice).
+  held = course.Held(Position(epoch=0, current=Generation(1, 32, 71), images=71 * 32, step=71).world_changed())
+  c = course.Course(held, types.SimpleNamespace(epochs=2, max_steps=0), types.SimpleNamespace(size=2),
+                    types.SimpleNamespace(step_batch=32, global_batch=64))
+  seen = []
+  for _ in range(4):
+    seen.append((c.nominal_step(46), c.into_epoch(46)))
+    c.after_step()
+  assert seen == [(35, 35), (36, 36), (37, 37), (38, 38)]
+  assert course.whole(2.3 * 10) == 23 and course.whole(0.5 * 23) == 11
+
+
 class FakeState:
   """What course.Elastic reads of a TrainingState: a position, save, check_host_updates."""
 
