@@ -196,9 +196,11 @@ def train(stop_request: signals.StopRequest):
     """The config and input at K accumulation steps (the controller's choice); the course goes on
     at the new step batch (the epoch's rest dealt to it)."""
     start = time.perf_counter()
+    watchdog.mark("resize")  # a dataset built and traced again: first-time work, then its own kind's limit
     new = dataclasses.replace(config, data=config.data.with_accumulation(k, world.size))
     data = input_for(new, world, mode, scanned)
     course.resized(new.data, getattr(data, "readers", 0))
+    watchdog.progress(course.step, "resize", timed=False)
     controller.change_seconds += time.perf_counter() - start
     return new, data
 
@@ -293,6 +295,7 @@ def restore(config, world, mode, model, optimizer, loss_scale, powersgd, data):
                                    powersgd=powersgd, average=lambda tensors: hvd.grouped_allreduce(
                                        tensors, op=hvd.Average, name="powersgd_residuals"))
   if world.is_chief:
+    export.remove_leftovers(config.run.model_dir, mode.log)
     try:
       if saver.writer().restore_newest() is not None:
         mode.restored(saver.newest, int(step_var), config, data)

@@ -9,6 +9,7 @@ The preprocessing is input/preprocessing.held_out_image with TensorFlow's own
 ops (portable), not the project's kernel, so the SavedModel loads wherever
 TensorFlow does: TF Serving, or a process that never built input/kernels.
 """
+import glob
 import os
 import shutil
 
@@ -57,6 +58,21 @@ def export(model, info: DatasetInfo, model_dir: str) -> str:
   shutil.rmtree(path, ignore_errors=True)
   os.replace(tmp, path)
   return path
+
+
+def remove_leftovers(model_dir: str, log) -> None:
+  """Delete what an export killed on the way (SIGKILL, a lost host) left: export.tmp-<pid>/ whose
+  process is gone (a live one may be another process's export under way), with one line. Rank 0
+  at start-up: a run's directory does not collect them for good."""
+  gone = []
+  for path in sorted(glob.glob(os.path.join(model_dir, f"{EXPORT_DIR}.tmp-*"))):
+    pid = path.rsplit("-", 1)[1]
+    if pid.isdigit() and os.path.exists(f"/proc/{pid}"):
+      continue
+    shutil.rmtree(path, ignore_errors=True)
+    gone.append(os.path.basename(path))
+  if gone:
+    log("removed what an interrupted export left: %s", ", ".join(gone))
 
 
 def for_run(model, info: DatasetInfo, config, log, newest: str | None = None) -> dict:

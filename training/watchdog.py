@@ -78,8 +78,9 @@ RECENT = 50           # units of each kind remembered
 # for ResNet-20 on this loaded 2-core machine; ResNet-50's first step is minutes.
 STARTUP_SECONDS = 120
 # Kinds of work (any other phase is the set-up): the input of a step belongs to the step.
+# 'resize': the input built again at another batch (--batch_policy=adaptive's change of K).
 KINDS = {"input": "step", "step": "step", "epoch": "epoch", "eval": "eval", "checkpoint": "checkpoint",
-         "export": "export", "world": "world"}
+         "export": "export", "world": "world", "resize": "resize"}
 
 
 def horovod_stall_defaults(stall_timeout: float) -> None:
@@ -216,12 +217,12 @@ class Watchdog:
       self._enter(now)
     elif timed and kind == "step" and kind in self._done_kinds:
       self._record("step", now - self._progress_time)
-    if kind == "checkpoint":
+    if kind in ("checkpoint", "resize"):  # a unit that ends with its one progress
       self._record(kind, now - self._began)
     # Every stage of the set-up is first-time work (restoring, broadcasting, tracing); an
     # evaluation is done once it has ended (evaluated), not after this rank's first batch; the
     # epoch change (the iterator running out, the next one's first batch) once a step followed it.
-    if kind in ("step", "checkpoint"):
+    if kind in ("step", "checkpoint", "resize"):
       self._done_kinds.add(kind)
     if kind == "step" and "epoch" in self._took:
       self._done_kinds.add("epoch")

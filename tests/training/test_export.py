@@ -58,3 +58,18 @@ def test_a_failed_export_is_one_sentence_in_the_summary_not_a_traceback(tmp_path
   assert out["export_error"].startswith(f"the SavedModel could not be written to {tmp_path}/run/export (")
   assert "checkpoint D/ckpt-9 and summary.json are kept" in out["export_error"]
   assert lines == [f"error: {out['export_error']}"]
+
+
+def test_what_a_killed_export_left_is_removed_at_the_next_start(tmp_path):
+  from training import export
+  dead = tmp_path / "export.tmp-999999999"  # beyond pid_max: no process has it
+  (dead / "variables").mkdir(parents=True)
+  live = tmp_path / f"export.tmp-{os.getpid()}"  # a process still exporting: not ours to remove
+  live.mkdir()
+  (tmp_path / "export").mkdir()
+  lines = []
+  export.remove_leftovers(str(tmp_path), lambda fmt, *args: lines.append(fmt % args))
+  assert not dead.exists() and live.exists() and (tmp_path / "export").exists()
+  assert lines == ["removed what an interrupted export left: export.tmp-999999999"]
+  export.remove_leftovers(str(tmp_path), lines.append)
+  assert len(lines) == 1  # nothing left to say

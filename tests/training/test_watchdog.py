@@ -82,6 +82,24 @@ def test_the_epoch_change_is_first_time_work_then_judged_against_the_slowest_so_
   assert dog.limit() == 10 and dog.overdue() is None
 
 
+def test_the_input_built_again_at_another_batch_is_work_of_its_own_kind(tmp_path):
+  # --batch_policy=adaptive's change of K builds the input again (a dataset, its functions traced):
+  # judged by a step's limit, a slow rebuild on a loaded machine ended a healthy job.
+  clock = Clock()
+  dog = watchdog.Watchdog(rank=0, size=1, floor_seconds=10, directory=str(tmp_path), clock=clock)
+  steps(dog, clock, 1, 20)
+  dog.mark("resize")
+  assert dog.limit() == watchdog.STARTUP_SECONDS  # the first: the allowance
+  clock.now += 40
+  assert dog.overdue() is None
+  dog.progress(20, "resize", timed=False)
+  steps(dog, clock, 21, 40)
+  dog.mark("resize")
+  assert dog.limit() == 4 * 40  # later: 4 x the slowest so far
+  dog.mark("step")
+  assert dog.limit() == 10
+
+
 def test_an_elastic_rank_is_judged_on_its_own_progress_and_each_world_starts_afresh(tmp_path):
   # make test, a fresh clone: a survivor's step after its peer was SIGKILLed never returned (Gloo's
   # background loop died without failing the op), and with the watchdog off under --elastic the
