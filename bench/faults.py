@@ -622,6 +622,8 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--only", default="", help="comma-separated fault names (default: all)")
   parser.add_argument("--out_dir", default=os.path.join(REPO, "results"))
+  parser.add_argument("--elastic_launches", type=int, default=faults_elastic.LAUNCHES,
+                      help="launches of each elastic lost-host row, its hangs counted (default: %(default)s)")
   args = parser.parse_args(argv)
   chosen = [f for f in FAULTS if not args.only or f.name in args.only.split(",")]
   others = list(faults_slurm.NAMES) + list(faults_elastic.NAMES)
@@ -648,7 +650,7 @@ def main(argv=None):
       rows, seconds = merged([row], report, time.time() - start)
       start = time.time()
       write_report(rows, args.out_dir, seconds)
-    elastic_rows, commit = faults_elastic.rows(args.only, workdir)  # 2 emulated hosts, --elastic
+    elastic_rows, commit = faults_elastic.rows(args.only, workdir, args.elastic_launches)  # 2 emulated hosts
     if elastic_rows:
       write_elastic(elastic_rows, commit, args.out_dir)
       write_report(merged([], report, 0)[0], args.out_dir, old_seconds(report))

@@ -9,6 +9,12 @@ trains alone, the host is listed again. Measured: the time from the loss to the 
 the one-rank world, the steps lost (train.py's roll-back to its last commit), the time from the
 host listed again to the first step of the two-rank world, a commit's time against a step's, the
 exit status, the processes left, the final accuracy and whether the replicas ended identical.
+Each of these rows is launched 30 times (`--elastic_launches`) and counts its hangs: a launch
+the watchdog ended after Horovod's background loop had died (Horovod's race, the op a survivor
+held orphaned: bench/launches.stalled_after_horovod_died), or one still running, or leaving
+processes, past its bound (600 s a phase); other failures are counted apart. Its figures are medians
+over the launches that finished (the steps lost: the host's loss, the first of each launch),
+its exit status the commonest, its processes left the most any launch left.
 And a commit of ResNet-50's state (weights, BatchNorm statistics, momentum: what a commit copies
 to host memory on every rank), timed in a process of its own.
 
@@ -19,16 +25,19 @@ survivor waits in the state's sync broadcast for it. Measured: whether the new w
 (its sync never ended), the time from the kill to the survivor's next step, the steps lost, the
 exit status, the processes left.
 """
+import collections
 import json
 import os
 import re
+import shutil
 import signal
+import statistics
 import subprocess
 import time
 
 import psutil
 
-from bench.launches import PYTHON, REPO, STEP_LINE, Hosts, Job, regrown, world_sizes
+from bench.launches import PYTHON, REPO, STEP_LINE, Hosts, Job, regrown, stalled_after_horovod_died, world_sizes
 from progress import emit
 
 NAME, SUBNET = "imcelf", "198.18.16"  # not the tests' (imcelt) nor a user's (imc)
@@ -37,6 +46,9 @@ LOSE_AT = 25
 ARGS = ("--model=resnet20", "--elastic", f"--elastic_commit_every={COMMIT_EVERY}", "--log_every=1",
         "--noexport", "--epochs=4", "--seed=3")
 BOUND_S = 600
+# Lost-host launches per row in make faults (the docstring says 30): Horovod 0.28.1's race hung 3 of
+# ~52 before the patch (scripts/horovod/tensor_queue.patch); fewer say little about a rate of a few %.
+LAUNCHES = 30
 FAULTS = {"elastic-horovod": "horovod", "elastic-hybrid": "hybrid"}
 JOIN_DIES = "elastic-join-dies"
 NAMES = (*FAULTS, JOIN_DIES)
@@ -51,36 +63,101 @@ def _first_step_after_world(text: str, index: int) -> bool:
   return len(starts) > index and bool(STEP_LINE.search(text, starts[index]))
 
 
-def lose_and_join(hosts: Hosts, workdir: str, fault: str) -> dict:
-  model_dir = os.path.join(workdir, fault)
-  emit(f"faults: {fault}: the second host lost at step {LOSE_AT}, then listed again ({LAUNCHER})")
+def lose_and_join(hosts: Hosts, workdir: str, fault: str, launches: int = LAUNCHES) -> dict:
+  """The fault's row: `launches` launches of it (launch_once), counted and summarised (aggregate)."""
+  emit(f"faults: {fault}: the second host lost at step {LOSE_AT}, then listed again, {launches} launches ({LAUNCHER})")
+  runs = []
+  for i in range(launches):
+    runs.append(launch_once(hosts, os.path.join(workdir, f"{fault}-{i + 1}"), fault))
+    r = runs[-1]
+    said = (f"training again {r['seconds_to_training']} s after the loss, {r['steps_lost']} steps lost, joined "
+            f"{r['seconds_to_join']} s after the host came back" if r["outcome"] == "finished" else r["line"])
+    emit(f"faults: {fault}: launch {i + 1}/{launches}: {r['outcome']}: {said}, exit {r['exit_status']}, "
+         f"{r['processes_left']} left; {sum(x['outcome'] == 'hang' for x in runs)} hangs so far")
+  return aggregate(fault, runs)
+
+
+def hang(text: str, ended: bool, left: int) -> bool:
+  """Whether a launch that failed hung (pure: its log, whether it ended within its bound, the
+  processes left after it): the watchdog ended it after Horovod's background loop died (Horovod's
+  race), or it was still running, or left processes, past its bound."""
+  return stalled_after_horovod_died(text) or not ended or left > 0
+
+
+def launch_once(hosts: Hosts, model_dir: str, fault: str) -> dict:
+  """One launch of a lost-host row: {"outcome": "finished" | "hang" | "failed", ...} with what it
+  measured when it finished, the line that says why when not. Its model_dir is removed after."""
   hosts.publish(*hosts.names)
-  with Job(model_dir, *ARGS, f"--allreduce={FAULTS[fault]}", launcher=hosts.launcher(2, 1, 2),
-           extra_env=hosts.env) as job:
-    at = job.wait_for_step(LOSE_AT, timeout=BOUND_S)
-    killed = hosts.lose(job, hosts.names[1])
-    to_training = job.wait_until(lambda t: world_sizes(t)[1:2] == [1] and _first_step_after_world(t, 1),
-                                 "a step of the one-rank world", BOUND_S)
-    hosts.publish(*hosts.names)
-    to_join = job.wait_until(lambda t: (i := regrown(t, 2)) is not None and _first_step_after_world(t, i),
-                             "a step of the two-rank world", BOUND_S)
-    _, left = job.wait_gone(BOUND_S)
-    with open(os.path.join(model_dir, "summary.json")) as fh:
-      summary = json.load(fh)
+  at = killed = None
+  try:
+    with Job(model_dir, *ARGS, f"--allreduce={FAULTS[fault]}", launcher=hosts.launcher(2, 1, 2),
+             extra_env=hosts.env) as job:
+      try:
+        at = job.wait_for_step(LOSE_AT, timeout=BOUND_S)
+        killed = hosts.lose(job, hosts.names[1])
+        to_training = job.wait_until(lambda t: world_sizes(t)[1:2] == [1] and _first_step_after_world(t, 1),
+                                     "a step of the one-rank world", BOUND_S)
+        hosts.publish(*hosts.names)
+        to_join = job.wait_until(lambda t: (i := regrown(t, 2)) is not None and _first_step_after_world(t, i),
+                                 "a step of the two-rank world", BOUND_S)
+        _, left = job.wait_gone(BOUND_S)
+        if left or job.proc.returncode != 0:
+          raise AssertionError(f"exit {job.proc.returncode}, {len(left)} processes left after {BOUND_S} s")
+        with open(os.path.join(model_dir, "summary.json")) as fh:
+          summary = json.load(fh)
+      except (AssertionError, OSError, ValueError, KeyError) as e:
+        ended = job.proc.poll() is not None
+        left = job.alive()
+        outcome = "hang" if hang(job.stderr(), ended, len(left)) else "failed"
+        return {"outcome": outcome, "at": at, "killed": len(killed or []), "exit_status": job.proc.returncode,
+                "processes_left": len(left), "line": str(e).splitlines()[0] if str(e) else type(e).__name__,
+                "user_lines": job.user_lines()[-2:]}
+  finally:
+    shutil.rmtree(model_dir, ignore_errors=True)
   e = summary["elastic"]
   step_ms = 1000 * summary["global_batch"] / summary["images_per_sec"]
   commit_ms = 1000 * e["commit_seconds_median"]
-  row = {"fault": fault, "what": f"SIGKILL to every rank of the second host at step {at}, then the host listed again",
-         "launcher": LAUNCHER, "allreduce": FAULTS[fault], "killed": len(killed),
-         "seconds_to_training": round(to_training, 1), "steps_lost": e["steps_lost"],
-         "seconds_to_join": round(to_join, 1), "worlds": e["worlds"], "commit_every": COMMIT_EVERY,
-         "commit_ms": round(commit_ms, 1), "step_ms": round(step_ms, 1),
-         "commit_per_step": round(commit_ms / COMMIT_EVERY / step_ms, 4),
-         "exit_status": job.proc.returncode, "processes_left": len(left), "final_top1": summary["final_top1"],
-         "replicas_identical": summary["replicas_identical"], "epochs": summary["epochs"]}
-  emit(f"faults: {fault}: training again {row['seconds_to_training']} s after the loss, {e['steps_lost']} "
-       f"steps lost, joined {row['seconds_to_join']} s after the host came back, exit {row['exit_status']}")
-  return row
+  return {"outcome": "finished", "at": at, "killed": len(killed), "seconds_to_training": round(to_training, 1),
+          "steps_lost": e["steps_lost"], "seconds_to_join": round(to_join, 1), "worlds": e["worlds"],
+          "commit_ms": round(commit_ms, 1), "step_ms": round(step_ms, 1),
+          "commit_per_step": round(commit_ms / COMMIT_EVERY / step_ms, 4), "exit_status": job.proc.returncode,
+          "processes_left": len(left), "final_top1": summary["final_top1"],
+          "replicas_identical": summary["replicas_identical"], "epochs": summary["epochs"]}
+
+
+def aggregate(fault: str, runs: list[dict]) -> dict:
+  """A lost-host row from its launches (pure): launches, hangs and other failures counted, the
+  figures medians over the launches that finished, the exit status the commonest, the processes
+  left the most any launch left; every launch's outcome kept in "per_launch"."""
+  finished = [r for r in runs if r["outcome"] == "finished"]
+  hangs = [r for r in runs if r["outcome"] == "hang"]
+  failed = [r for r in runs if r["outcome"] == "failed"]
+  row = {"fault": fault, "launcher": LAUNCHER, "allreduce": FAULTS[fault], "launches": len(runs),
+         "hangs": len(hangs), "failed": len(failed), "finished": len(finished),
+         "exit_status": collections.Counter(r["exit_status"] for r in runs).most_common(1)[0][0] if runs else None,
+         "processes_left": max((r["processes_left"] for r in runs), default=0),
+         "failures": [{"launch": i + 1, "outcome": r["outcome"], "line": r["line"], "user_lines": r["user_lines"]}
+                      for i, r in enumerate(runs) if r["outcome"] != "finished"],
+         "per_launch": [{k: r.get(k) for k in ("outcome", "at", "seconds_to_training", "steps_lost",
+                                               "seconds_to_join", "worlds", "exit_status")} for r in runs]}
+  if not finished:
+    why = failed[0]["line"] if failed else "every launch hung"
+    return dict(row, what="not measured", line=f"not measured: no launch finished ({why})")
+
+  def median(key):
+    return round(statistics.median(r[key] for r in finished), 4)
+
+  worlds = collections.Counter(tuple(r["worlds"]) for r in finished)
+  lost = [r["steps_lost"][0] for r in finished if r["steps_lost"]]
+  return dict(row, what=f"SIGKILL to every rank of the second host at step {round(median('at'))} (median), "
+                        "then the host listed again",
+              killed=max(r["killed"] for r in finished), seconds_to_training=round(median("seconds_to_training"), 1),
+              steps_lost=[round(statistics.median(lost), 1)] if lost else [], steps_lost_max=max(lost, default=None),
+              seconds_to_join=round(median("seconds_to_join"), 1), worlds=list(worlds.most_common(1)[0][0]),
+              worlds_seen={" -> ".join(map(str, w)): n for w, n in worlds.most_common()},
+              commit_every=COMMIT_EVERY, commit_ms=round(median("commit_ms"), 1), step_ms=round(median("step_ms"), 1),
+              commit_per_step=median("commit_per_step"), final_top1=median("final_top1"),
+              replicas_identical=all(r["replicas_identical"] for r in finished), epochs=median("epochs"))
 
 
 def _joiner(hosts: Hosts, job: Job, host: str) -> int | None:
@@ -190,8 +267,9 @@ def resnet50_commit_seconds() -> dict:
   return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def rows(only: str, workdir: str) -> tuple[list[dict], dict | None]:
-  """The elastic rows chosen by --only (all when empty), and ResNet-50's commit (None if not run)."""
+def rows(only: str, workdir: str, launches: int = LAUNCHES) -> tuple[list[dict], dict | None]:
+  """The elastic rows chosen by --only (all when empty), each lost-host row from `launches`
+  launches, and ResNet-50's commit (None if not run)."""
   chosen = [name for name in NAMES if not only or name in only.split(",")]
   if not chosen:
     return [], None
@@ -204,7 +282,7 @@ def rows(only: str, workdir: str) -> tuple[list[dict], dict | None]:
   try:
     for name in chosen:
       try:
-        out.append(join_dies(hosts, workdir) if name == JOIN_DIES else lose_and_join(hosts, workdir, name))
+        out.append(join_dies(hosts, workdir) if name == JOIN_DIES else lose_and_join(hosts, workdir, name, launches))
       except Exception as e:  # noqa: BLE001  (a row that could not be measured says why)
         emit(f"faults: {name}: not measured: {str(e).splitlines()[0]}")
         out.append({"fault": name, "what": "not measured", "launcher": LAUNCHER,
@@ -227,7 +305,9 @@ def table(rows: list[dict], commit: dict | None, before: dict | None = None) -> 
       continue
     joined = r["seconds_to_join"] if r["seconds_to_join"] is not None else "never: " + (
         "killed in its set-up" if r.get("killed_in_setup") else "killed after its set-up (not the case measured)")
-    out.append(f"| {r['fault']}: {r['what']} | {before.get(r['fault'], '(new)')} | {r['allreduce']} | "
+    counted = (f" ({r['launches']} launches: {r['hangs']} hung, {r['failed']} failed otherwise; medians over the "
+               f"{r['finished']} that finished)" if "launches" in r else "")
+    out.append(f"| {r['fault']}: {r['what']}{counted} | {before.get(r['fault'], '(new)')} | {r['allreduce']} | "
                f"{r['seconds_to_training']} | {', '.join(map(str, r['steps_lost']))} ({r['commit_every']}) | "
                f"{joined} | "
                f"{' -> '.join(map(str, r['worlds']))} | {r['commit_ms']} / {r['step_ms']} | "

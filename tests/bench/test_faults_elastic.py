@@ -1,0 +1,52 @@
+"""bench/faults_elastic.py's counting of lost-host launches (pure: what launches returned in,
+the row and its table line out; the launches themselves are make faults')."""
+from bench import faults_elastic
+
+DIED = ("[1]<stderr>:[2026-12-05 08:41:07.512: E horovod/common/operations.cc:697] [0]: Horovod background loop "
+        "uncaught exception: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer\n")
+STALLED = ("[1]<stderr>:stalled: rank 0 on imcelf-h2 saw no progress for 310 s (limit 300 s) after step 31 (step); "
+           "--elastic: the other ranks are not compared (a world change renumbers them); ending the job (exit 4); "
+           "resume with the same command (newest checkpoint runs/x/ckpt-30)\n")
+
+
+def finished(**over) -> dict:
+  launch = {"outcome": "finished", "at": 25, "killed": 1, "seconds_to_training": 5.0, "steps_lost": [2],
+            "seconds_to_join": 20.0, "worlds": [2, 1, 2], "commit_ms": 20.0, "step_ms": 100.0,
+            "commit_per_step": 0.02, "exit_status": 0, "processes_left": 0, "final_top1": 0.97,
+            "replicas_identical": True, "epochs": 4.0}
+  return dict(launch, **over)
+
+
+def failed(outcome: str, line: str) -> dict:
+  return {"outcome": outcome, "at": 25, "killed": 1, "exit_status": 4 if outcome == "hang" else 1,
+          "processes_left": 0, "line": line, "user_lines": []}
+
+
+def test_a_hang_is_the_watchdog_after_horovods_loop_died_or_a_launch_past_its_bound():
+  assert faults_elastic.hang(DIED + STALLED, ended=True, left=0)
+  assert faults_elastic.hang("", ended=False, left=0)   # still running at its bound
+  assert faults_elastic.hang("", ended=True, left=2)    # processes left past its bound
+  assert not faults_elastic.hang(DIED, ended=True, left=0)  # the loop dies in every recovery: not a hang alone
+  assert not faults_elastic.hang(STALLED + DIED, ended=True, left=0)  # a stall before the loss is another failure
+
+
+def test_a_row_counts_its_launches_and_hangs_and_takes_medians_over_the_finished():
+  runs = [finished(), finished(seconds_to_training=7.0, steps_lost=[4, 0], worlds=[2, 1, 1, 2], at=27),
+          finished(seconds_to_training=6.0, final_top1=0.95), failed("hang", "the job ended (4) before a step"),
+          failed("failed", "no step 25 within 600 s")]
+  row = faults_elastic.aggregate("elastic-horovod", runs)
+  assert (row["launches"], row["hangs"], row["failed"], row["finished"]) == (5, 1, 1, 3)
+  assert row["seconds_to_training"] == 6.0 and row["final_top1"] == 0.97 and row["step_ms"] == 100.0
+  assert row["steps_lost"] == [2] and row["steps_lost_max"] == 4  # the host's loss: the first of each launch
+  assert row["worlds"] == [2, 1, 2] and row["worlds_seen"] == {"2 -> 1 -> 2": 2, "2 -> 1 -> 1 -> 2": 1}
+  assert row["exit_status"] == 0 and row["replicas_identical"] and "step 25 (median)" in row["what"]
+  assert [f["launch"] for f in row["failures"]] == [4, 5] and len(row["per_launch"]) == 5
+  line = faults_elastic.table([row], None).splitlines()[2]
+  assert "(5 launches: 1 hung, 1 failed otherwise; medians over the 3 that finished)" in line
+  assert "| 2 (10) |" in line and "| 2 -> 1 -> 2 |" in line
+
+
+def test_a_row_where_no_launch_finished_says_so():
+  row = faults_elastic.aggregate("elastic-hybrid", [failed("hang", "x"), failed("hang", "y")])
+  assert row["hangs"] == 2 and row["line"] == "not measured: no launch finished (every launch hung)"
+  assert "not measured: no launch finished" in faults_elastic.table([row], None)
