@@ -9,9 +9,12 @@
 # same --model_dir resumes from it. Under Slurm:
 #   - preemption notice: `#SBATCH --signal=B:USR1@120` (or by hand,
 #     `scancel -b -s USR1 JOB`) signals this shell alone; it passes SIGUSR1 on
-#     to the ranks, and when they exit 75 and the job is requeueable
-#     (`sbatch --requeue`), runs `scontrol requeue`: the job queues again
-#     under the same id, so the same MODEL_DIR, and resumes from the checkpoint.
+#     to the ranks, and when they exit 75 (or, ended otherwise after the notice,
+#     wrote a checkpoint since this run began: requeue.sh) and the job is
+#     requeueable (`sbatch --requeue`), runs `scontrol requeue`: the job queues
+#     again under the same id, so the same MODEL_DIR, and resumes from the checkpoint.
+#     The ranks honour the notice between steps, between evaluation batches,
+#     during start-up's data checks and during the export.
 #     (`scontrol requeue JOB` from outside does the same with a SIGTERM.)
 #   - scancel: SIGTERM to every step (srun's ranks, mpirun's daemons) and to
 #     this shell, SIGKILL after the cluster's KillWait (30 s on
@@ -35,6 +38,11 @@ PYTHON=${PYTHON:-$REPO/.venv/bin/python}
 export PATH="$(dirname "$PYTHON"):$PATH"
 LAUNCHER=${LAUNCHER:-srun}
 MODEL_DIR=${MODEL_DIR:-runs/slurm-$SLURM_JOB_ID}
+source "$REPO/scripts/slurm/requeue.sh"
+# When this run began, in MODEL_DIR's own clock: a checkpoint newer than it is progress to requeue for.
+mkdir -p "$MODEL_DIR"
+START_MARK="$MODEL_DIR/.run-start-$SLURM_JOB_ID"
+touch "$START_MARK"
 
 # Horovod's settings that matter at scale.
 # Tensor fusion: gradients smaller than the buffer are packed into one
@@ -106,7 +114,8 @@ run_step() {
   return "$rc"
 }
 
-# After the step: a preempted run that stopped resumable (75) goes back in
+# After the step: a preempted run that stopped resumable (75), or that wrote a
+# checkpoint since it began whatever its status (requeue.sh), goes back in
 # the queue if the job may be requeued (sbatch --requeue, or the cluster's
 # JobRequeue=1). Exits with the step's status, printed first: without
 # accounting Slurm keeps no run's status once the job is requeued
@@ -115,7 +124,10 @@ finish() {
   local rc=$1
   trap '' USR1 TERM INT  # requeueing ends this run with a SIGTERM: nothing left to pass on
   echo "job $SLURM_JOB_ID: run ${SLURM_RESTART_COUNT:-0} exits $rc"
-  if (( PREEMPTED )) && [ "$rc" = 75 ]; then
+  local requeue=1
+  should_requeue "$rc" "$START_MARK" "$MODEL_DIR" || requeue=0
+  rm -f "$START_MARK"
+  if (( PREEMPTED && requeue )); then
     if scontrol show job "$SLURM_JOB_ID" | grep -q '\bRequeue=1\b'; then
       echo "job $SLURM_JOB_ID: requeued; the next run resumes from $MODEL_DIR"
       scontrol requeue "$SLURM_JOB_ID"
