@@ -141,6 +141,12 @@ class Progress:
       tf.summary.scalar("eval/loss", loss)
     self.writer.flush()
 
+  def evaluated_before(self, step, top1, loss):
+    """Rank 0's line for an evaluation completed before a restart, not repeated (its eval line was printed then)."""
+    if self.is_chief:
+      emit(f"epoch {step / self.steps_per_epoch:6.2f}  its evaluation completed before the restart (top1 {top1:.4f}  "
+           f"loss {loss:.4f}): not repeated")
+
   def timed(self) -> tuple[int, float]:
     """(images, seconds) of the timed steps: stretches of several batches add up to one rate."""
     return self._timed_steps * self.global_batch, self._train_seconds

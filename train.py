@@ -85,7 +85,7 @@ def main(argv):
 
 def train(stop_request: signals.StopRequest):
   """The run, section by section below: every rank runs the same sequence."""
-  world, config, mode, scanned, watchdog = setup()
+  world, config, mode, scanned, watchdog = setup(stop_request)
   log = mode.log  # lines on rank 0 (--elastic: rank 0 of the world of the moment)
   data = input_for(config, world, mode, scanned)
   model, optimizer, loss_scale = model_and_optimizer(config, data.info, log)
@@ -105,8 +105,13 @@ def train(stop_request: signals.StopRequest):
   mode.start(variables)
   watchdog.progress(int(step_var), "setup", timed=False)
   eval_step = step_lib.make_eval_step(model)
+  # Horovod: one allreduce of the sums [loss, top-1 hits, top-5 hits, count] over ranks, and before each
+  # batch a small one that agrees a stop request (a notice during ImageNet's minutes of evaluation).
+  evaluator = lambda data: evaluation.evaluator(  # noqa: E731
+      eval_step, data, lambda sums: hvd.allreduce(sums, op=hvd.Sum, name="eval_totals"),
+      agree=lambda codes: hvd.allreduce(codes, op=hvd.Max, name="eval_stop"), stop_code=lambda: stop_request.code)
   if config.run.eval_only:  # --eval_only: the checkpoint's held-out metrics, nothing trained or written
-    return evaluate_checkpoint(config, world, mode, data, eval_step, saver, step_var, watchdog, stop_request)
+    return evaluate_checkpoint(config, world, mode, data, evaluator(data), saver, step_var, watchdog, stop_request)
   writers = {}  # rank 0's TensorBoard writer, made once
   noise = NoiseScale() if config.run.noise_scale else None  # B_simple, smoothed over steps and worlds
   # --batch_policy=adaptive: the goodput controller of the accumulation steps (rank 0 decides).
@@ -181,13 +186,12 @@ def train(stop_request: signals.StopRequest):
                                                     course.position.images / data.info.num_train)))
     log("training steps %d..%d (%d per epoch, %.1f epochs)", course.nominal_step(spe), course.last_step(spe),
         spe, course.last_step(spe) / spe)
-    # Horovod: one allreduce of the sums [loss, top-1 hits, top-5 hits, count] over ranks.
-    evaluate = evaluation.evaluator(eval_step, data, lambda sums: hvd.allreduce(sums, op=hvd.Sum, name="eval_totals"))
+    evaluate = evaluator(data)
     adaptive = config.data.adaptive
     loop = Loop(course, data, step_lib.host_step(train_step), evaluate, save=lambda s: saver.save(s, course.position),
                 schedule=schedule, stop_code=lambda: stop_request.code, policy=Policy.of(config),
                 clock=lambda: time.time() - START, gain=gain, resize=controller.resize if adaptive else None,
-                agree=agree_statistics,
+                agree=agree_statistics, record=saver.record_evaluation,
                 hooks=[hooks.StepVariable(step_var), hooks.Watching(watchdog), *filter(None, [measuring]),
                        *([controller] if adaptive else []), hooks.Reporting(progress, by_updates=gain is not None)])
     return loop.run(), progress
@@ -219,8 +223,9 @@ def train(stop_request: signals.StopRequest):
 
 
 # ------------------------------------------------------------------ setup --
-def setup():
-  """Horovod, the validated config, the mode, the paths and the watchdog, before any expensive work."""
+def setup(stop_request):
+  """Horovod, the validated config, the mode, the paths and the watchdog, before any expensive work;
+  a stop requested by then ends the run here (nothing trained, nothing to save)."""
   watchdog_lib.horovod_stall_defaults(FLAGS.stall_timeout)
   # Horovod: initialise once (comm.init); everything below knows its rank and
   # node from `world`, validated against --ranks_per_node on every rank.
@@ -249,7 +254,12 @@ def setup():
            world.size, world.local_size, world.cross_size, threads, config.data.batch_size,
            f" x {config.data.accumulation_steps} accumulation steps" if config.data.accumulation_steps > 1 else "",
            config.data.global_batch)
-  mode.prepare_input(config.data)  # digits/fashion_mnist written once, before anyone reads
+  # digits/fashion_mnist written once, before anyone reads; a stop asked meanwhile, agreed, ends the run
+  stop = mode.prepare_input(config.data, stop_request.code)
+  if stop:
+    mode.log("%s", report.startup_stop_line(stop_request.reason, stop))
+    watchdog.close()
+    signals.leave(outcome.STOPPED, together=lambda: sync.barrier(hvd, "exit"))
   watchdog.progress(0, "setup", timed=False)
   return world, config, mode, scanned, watchdog
 
@@ -298,7 +308,7 @@ def restore(config, world, mode, model, optimizer, loss_scale, powersgd, data):
     export.remove_leftovers(config.run.model_dir, mode.log)
     try:
       if saver.writer().restore_newest() is not None:
-        mode.restored(saver.newest, int(step_var), config, data)
+        mode.restored(saver.newest, int(step_var), saver.restored_position(int(step_var)), config, data)
       elif config.run.eval_only:  # every checkpoint was unreadable (each set aside with a line)
         raise checkpoints.CheckpointError(f"--eval_only found no readable checkpoint in {config.run.model_dir}.")
     except checkpoints.CheckpointError as e:
@@ -311,7 +321,7 @@ def restore(config, world, mode, model, optimizer, loss_scale, powersgd, data):
 
 
 # ------------------------------------------------------------- eval only --
-def evaluate_checkpoint(config, world, mode, data, eval_step, saver, step_var, watchdog, stop_request):
+def evaluate_checkpoint(config, world, mode, data, evaluate, saver, step_var, watchdog, stop_request):
   """--eval_only: the restored checkpoint's held-out metrics on this world's ranks, the run's eval line
   and one JSON line on rank 0. Its BatchNorm statistics are one model's (averaged before every save), so
   any number of ranks gives the figures the run printed at that step."""
@@ -321,8 +331,13 @@ def evaluate_checkpoint(config, world, mode, data, eval_step, saver, step_var, w
   mode.log("evaluating %s (step %d, epoch %.2f) on %d ranks", saver.newest or "the newest checkpoint", step,
            epochs, world.size)
   watchdog.mark("eval")
-  held = evaluation.evaluator(eval_step, data, lambda sums: hvd.allreduce(sums, op=hvd.Sum, name="eval_totals"))(
-      lambda: watchdog.progress(step, "eval", timed=False))
+  try:
+    held = evaluate(lambda: watchdog.progress(step, "eval", timed=False))
+  except evaluation.Stopped as stop:
+    mode.log("stopped: %s during the evaluation; nothing was written (exit %d)",
+             stop_request.reason or signals.name(stop.code), outcome.STOPPED)
+    watchdog.close()
+    signals.leave(outcome.STOPPED, together=lambda: sync.barrier(hvd, "exit"))
   if world.is_chief:
     emit(eval_line(epochs, held.top1, held.top5, held.loss))
     emit(json.dumps({"status": "evaluated", "checkpoint": saver.newest, "step": step, "epoch": round(epochs, 3),
@@ -343,6 +358,13 @@ def finish(result: modes.WorldRun, model, replicated, saver, watchdog, stop_requ
   identical = sync.replicas_identical(hvd, replicated)
   if not identical:
     logging.warning("ranks hold different weights after training: a rank diverged")
+  serve = lambda: export_or_stop(model, info, config, mode, saver, watchdog, stop_request)  # noqa: E731
+  if ending.cause == loop_lib.OVER:  # started again after it had ended: summary.json stays as it was
+    if world.is_chief:
+      finished_before(ending, config, mode, serve)
+    watchdog.close()
+    stop_request.close()
+    return
   summary = report.summary(ending, config, world, info.name, plan=result.plan, images_per_sec=result.images_per_sec,
                            identical=identical, wall_seconds=time.time() - START,
                            extra={**mode.summary_keys(), "compression": compression,
@@ -354,8 +376,7 @@ def finish(result: modes.WorldRun, model, replicated, saver, watchdog, stop_requ
   # A model users can serve: rank 0's weights and statistics (identical everywhere) with the evaluation
   # preprocessing inside (training/export.py); not for a stopped or diverged run.
   if world.is_chief and config.run.export and ending.status in (outcome.OK, outcome.TARGET_REACHED):
-    watchdog.mark("export")  # tracing the serving function: first-time work, the start-up allowance
-    summary.update(export.for_run(model, info, config, mode.log, saver.newest))
+    summary.update(serve())
   if world.is_chief:  # summary.json again with the export's key, the stop/divergence/target line, the JSON line
     report.publish(summary, report.final_line(ending, stop_request.reason, saver.newest, config.evaluation),
                    config.run.model_dir)
@@ -363,6 +384,31 @@ def finish(result: modes.WorldRun, model, replicated, saver, watchdog, stop_requ
   stop_request.close()
   signals.leave(outcome.exit_status(ending.status), together=lambda: sync.barrier(hvd, "exit"))
 
+
+def export_or_stop(model, info, config, mode, saver, watchdog, stop_request) -> dict:
+  """Rank 0's SavedModel (training/export.py): summary.json's export keys; a stop requested during it
+  ends the process at once with exit 75, summary.json and the checkpoint already written: the same
+  command (a run that has ended) exports again."""
+  watchdog.mark("export")  # tracing the serving function: first-time work, the start-up allowance
+  keys = export.unless_stopped(lambda: export.for_run(model, info, config, mode.log, saver.newest),
+                               lambda: stop_request.code)
+  if keys is None:
+    emit(report.export_stop_line(stop_request.reason, saver.newest))
+    sys.stdout.flush()
+    os._exit(outcome.STOPPED)  # the export's thread with it; what it half wrote goes at the next start
+  return keys
+
+
+def finished_before(ending, config, mode, serve) -> None:
+  """Rank 0 of a run started again after it had ended: one line, the export if it is missing (a stop
+  came during it), and the kept summary.json as the JSON line."""
+  mode.log("%s", report.over_line(ending, config.evaluation))
+  if config.run.export and not os.path.exists(os.path.join(config.run.model_dir, export.EXPORT_DIR)):
+    serve()
+  path = os.path.join(config.run.model_dir, "summary.json")
+  if os.path.exists(path):
+    with open(path) as fh:
+      emit(json.dumps(json.load(fh)), sys.stdout)
 
 if __name__ == "__main__":
   app.run(main)

@@ -112,6 +112,11 @@ def agree_on_data(hvd, scanned) -> str | None:
   return _disagreement(reports)
 
 
+def agreed_stop(hvd, code: int, name: str) -> int:
+  """The largest stop request over ranks (0: none), in one small allreduce, eager; a barrier too."""
+  return int(hvd.allreduce(tf.constant(code, tf.int32), op=hvd.Max, name=f"stop_{name}").numpy())
+
+
 def any_rank(hvd, flag: bool, name: str) -> bool:
   """Whether flag is true on any rank (eager; one small allreduce, the same answer everywhere)."""
   return bool(hvd.allreduce(tf.constant(int(flag), tf.int32), op=hvd.Max, name=f"any_{name}").numpy())

@@ -227,7 +227,8 @@ class Checkpoints:
     # warning per value (84 lines for ResNet-20's at rank 4).
     status.expect_partial()
     for part in absent:
-      self.log("%s", part.line.format(checkpoint=os.path.basename(path)))
+      if part.line:  # "": absent from older checkpoints, and nothing to say (the position, read from its file)
+        self.log("%s", part.line.format(checkpoint=os.path.basename(path)))
 
   def save(self, step: int, variables=None) -> str:
     """Save as ckpt-<step> atomically, drop all but the newest `keep`; the path prefix written.

@@ -129,6 +129,11 @@ class Course:
     the position: a resumed run, and a rank that joins a world, start from them."""
     self.holder.position = dataclasses.replace(self.holder.position, noise=state)
 
+  def evaluated(self, record: dict) -> None:
+    """The evaluation at this step completed (training/loop.py's record): kept in the position, so a
+    commit or checkpoint after it carries it and a resume does not repeat it."""
+    self.holder.position = dataclasses.replace(self.holder.position, evaluated=record)
+
   def epoch_ended(self, epoch: int) -> None:
     self.holder.position = self.holder.position.next_epoch()
 

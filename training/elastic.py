@@ -24,7 +24,6 @@ from horovod.common.exceptions import HorovodInternalError
 
 from comm import hierarchical, sync
 from input.sharding import Generation
-from progress import write_json_atomic
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +33,10 @@ class Position:
   elastic_plan deals the rest of the epoch from these); `ranks` and `global_batch`: the world
   of the newest step (a resumed run says what changed); `tau`: under --lr_scaling=adascale, the
   base-batch steps the LR schedule has counted (optimizers/adascale.py); `noise`: the noise
-  scale's averages (NoiseScale.state), which AdaScale's gain is computed from, alike on every rank."""
+  scale's averages (NoiseScale.state), which AdaScale's gain is computed from, alike on every rank;
+  `evaluated`: the held-out evaluation completed at `step`, if one did (training/loop.py: not repeated
+  after a resume, and a target it met ends a restarted run), as {"step", "top1", "top5", "loss",
+  "count", "reached"}, reached the loop's Reached as a dict or None."""
   epoch: int = 0
   history: tuple[Generation, ...] = ()
   current: Generation | None = None
@@ -44,6 +46,7 @@ class Position:
   global_batch: int = 0
   tau: float = 0.0
   noise: dict | None = None
+  evaluated: dict | None = None
 
   def world_changed(self, continued: bool = False) -> "Position":
     """The position a new world starts from: the current generation joins the epoch's history.
@@ -59,7 +62,7 @@ class Position:
     steps = self.current.steps + 1 if self.current else 1
     return dataclasses.replace(self, current=Generation(size, step_batch, steps, readers),
                                images=self.images + global_batch, step=self.step + 1, ranks=size,
-                               global_batch=global_batch, tau=self.tau + tau)
+                               global_batch=global_batch, tau=self.tau + tau, evaluated=None)
 
   def next_epoch(self) -> "Position":
     return dataclasses.replace(self, epoch=self.epoch + 1, history=(), current=None)
@@ -73,7 +76,7 @@ class Position:
     current = Generation(**d["current"]) if d.get("current") else None
     return cls(epoch=d["epoch"], history=gens, current=current, images=d["images"], step=d["step"],
                ranks=d.get("ranks", 0), global_batch=d.get("global_batch", 0), tau=d.get("tau", 0.0),
-               noise=d.get("noise"))
+               noise=d.get("noise"), evaluated=d.get("evaluated"))
 
 
 class TrainingState(State):
@@ -153,19 +156,15 @@ def position_path(model_dir: str, step: int) -> str:
   return os.path.join(model_dir, f"position-{step}.json")
 
 
-def write_position(model_dir: str, step: int, position: Position) -> None:
-  """Beside checkpoint `step` (written just before it): where in the data that step is. The
-  positions of checkpoints no longer kept go with them."""
-  write_json_atomic(position_path(model_dir, step), position.to_json())
-  kept = {os.path.basename(p) for p in glob.glob(os.path.join(model_dir, "ckpt-*.index"))}
-  for path in glob.glob(os.path.join(model_dir, "position-*.json")):
-    number = os.path.basename(path)[len("position-"):-len(".json")]
-    if number != str(step) and f"ckpt-{number}.index" not in kept:
-      os.remove(path)
+def position_files(model_dir: str) -> list[str]:
+  """The position-N.json files of checkpoints written before issue 39 (read_position's)."""
+  return glob.glob(os.path.join(model_dir, "position-*.json"))
 
 
 def read_position(model_dir: str, step: int) -> Position | None:
-  """The Position of checkpoint `step` (None: a checkpoint written before positions were kept)."""
+  """The Position of checkpoint `step` as checkpoints before issue 39 kept it, in position-N.json
+  beside it (training/saving.py keeps it inside the checkpoint now); None: a checkpoint written
+  before positions were kept."""
   path = position_path(model_dir, step)
   if not os.path.exists(path):
     return None

@@ -12,6 +12,7 @@ TensorFlow does: TF Serving, or a process that never built input/kernels.
 import glob
 import os
 import shutil
+import threading
 
 import tensorflow as tf
 
@@ -58,6 +59,21 @@ def export(model, info: DatasetInfo, model_dir: str) -> str:
   shutil.rmtree(path, ignore_errors=True)
   os.replace(tmp, path)
   return path
+
+
+def unless_stopped(work, stopped, poll_seconds: float = 0.5):
+  """work() run in a thread of its own and waited for, unless stopped() turns true first: its result,
+  or None when abandoned (the thread is left to the process's exit; what it half wrote is removed at
+  the next start, remove_leftovers). A SavedModel takes minutes for ResNet-50, longer than a
+  preemption notice (Slurm's --signal=B:USR1@120): a stop during it must not wait for it."""
+  result = []
+  thread = threading.Thread(target=lambda: result.append(work()), name="export", daemon=True)
+  thread.start()
+  while thread.is_alive():
+    if stopped():
+      return None
+    thread.join(poll_seconds)
+  return result[0] if result else None
 
 
 def remove_leftovers(model_dir: str, log) -> None:

@@ -47,6 +47,9 @@ class Reporting(Hook):
   def after_save(self, step):
     self.progress.resume()
 
+  def evaluated_before(self, step, nominal, held):
+    self.progress.evaluated_before(nominal, held.top1, held.loss)
+
 
 class StepVariable(Hook):
   """The checkpointed step (a tf.Variable): a checkpoint or a commit holds the step it was taken at."""

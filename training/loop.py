@@ -22,11 +22,18 @@ and at the run's: ImageNet's 50,000 held-out images take minutes, and a SIGTERM 
 or 5 s (Gloo's horovodrun), which lost the whole epoch when the save came after. The epoch
 end's checkpoint is taken before the epoch is counted as ended, so a run stopped there (or
 at an epoch's last step) evaluates that epoch when it resumes.
+
+A completed evaluation is recorded (the course's position and, on rank 0, eval-N.json beside
+checkpoint N: record()), so a resumed run does not repeat it, and a run restarted after it ended
+(finished, or its target met) says so and trains nothing: cause OVER, nothing saved or written.
+An evaluation checks for a stop between its batches (training/evaluation.py: agreed by every rank
+each batch); stopped there, the run ends STOPPED with the step saved just before it, and the
+evaluation, not recorded, runs again when the run resumes.
 """
 import dataclasses
 import time
 
-from training import outcome
+from training import evaluation, outcome
 
 
 class NoProgress(RuntimeError):
@@ -60,8 +67,10 @@ class Reached:
 
 
 # Why a run ended: Ending.cause. RESIZED ends a stretch, not the run: the batch controller
-# (training/batch_control.py) chose another accumulation K, and train.py goes on at it.
+# (training/batch_control.py) chose another accumulation K, and train.py goes on at it. OVER: a run
+# started again after it had ended (finished with its last evaluation, or its target met): nothing to do.
 FINISHED, NOTHING_LEFT, TARGET, SIGNAL, RESIZED = "finished", "nothing_left", "target", "signal", "resized"
+OVER = "over"
 NONFINITE_STEP, NONFINITE_WEIGHTS = "nonfinite_step", "nonfinite_weights"
 
 
@@ -97,7 +106,9 @@ class Hook:
     'eval' or 'checkpoint' work begins;
   after_step(step, nominal, out, lr): a step's update was applied (out: the step's outputs,
     .loss and .correct; nominal: the step the schedule and the progress lines are at);
-  after_eval_batch(step), after_eval(step, nominal, held), after_save(step), after_commit(step).
+  after_eval_batch(step), after_eval(step, nominal, held), after_save(step), after_commit(step);
+  evaluated_before(step, nominal, held): the evaluation at this step completed before a restart
+  (its record): not repeated.
   """
 
   def before(self, phase: str, step: int) -> None: ...
@@ -106,6 +117,7 @@ class Hook:
   def after_eval(self, step: int, nominal: int, held) -> None: ...
   def after_save(self, step: int) -> None: ...
   def after_commit(self, step: int) -> None: ...
+  def evaluated_before(self, step: int, nominal: int, held) -> None: ...
 
 
 def due(step: int, every: int) -> bool:
@@ -124,7 +136,8 @@ class Loop:
   course: training/course.py's Course or Elastic (where the run is in the data, when it ends, commits);
   data: input/pipeline's Input (steps_per_epoch; course.batches asks it for an epoch's batches);
   train_step(images, labels, lr, stop) -> out with .loss, .correct, .finite, .stop (training/step.py);
-  evaluate(on_batch) -> HeldOut or None (no held-out split); on_batch() after each batch;
+  evaluate(on_batch) -> HeldOut or None (no held-out split); on_batch() after each batch; it raises
+  training.evaluation.Stopped when a stop was agreed between its batches;
   save(step) -> bool: False when some rank's weights hold inf/NaN (nothing written);
   agree() -> None: the ranks' BatchNorm statistics made one model's (comm.sync.average_statistics,
   a collective), called before every evaluation, save and commit, once a step;
@@ -132,15 +145,17 @@ class Loop:
   since start-up; gain: None (the linear rule) or optimizers/adascale.Gain: each step's LR is
   r / S x schedule(step) and the course's clock moves on by r (the schedule's step, in this world's
   steps, by r / S); resize(step) -> another accumulation K, or None (--batch_policy=adaptive: the
-  stretch ends RESIZED after that step, with nothing saved: the run goes on in this process).
+  stretch ends RESIZED after that step, with nothing saved: the run goes on in this process);
+  record(step, record): a completed evaluation's record (rank 0 keeps it beside its checkpoint).
   """
 
   def __init__(self, course, data, train_step, evaluate, save, schedule, stop_code, policy: Policy,
-               hooks=(), clock=time.time, gain=None, resize=None, agree=lambda: None):
+               hooks=(), clock=time.time, gain=None, resize=None, agree=lambda: None, record=lambda step, r: None):
     self.course, self.data, self.train_step, self.evaluate_fn = course, data, train_step, evaluate
     self.save_fn, self.schedule, self.stop_code, self.policy = save, schedule, stop_code, policy
     self.hooks, self.clock, self.gain, self.resize = list(hooks), clock, gain, resize
     self.agree, self.agreed = agree, None  # the step the statistics were last agreed at
+    self.record = record
     self.resize_to = 0
     self.spe = data.steps_per_epoch
     self.held = None
@@ -161,11 +176,10 @@ class Loop:
       getattr(hook, event)(*args)
 
   def run(self) -> Ending:
-    course, spe = self.course, self.spe
-    if course.finished(spe):  # nothing left to train (a finished run started again): still report
-      if self._evaluate():
-        return self._ending(outcome.TARGET_REACHED, TARGET)
-      return self._ending(outcome.OK, NOTHING_LEFT)
+    course = self.course
+    begun = self._resumed()
+    if begun:
+      return begun
     while True:
       fresh = course.fresh_epoch()
       # Building a new epoch's dataset (and tracing its functions) is the epoch change's work.
@@ -183,6 +197,30 @@ class Loop:
         if end[1] == RESIZED:
           return self._ending(*end)
         return self._finish(*end)
+
+  def _resumed(self) -> Ending | None:
+    """What the run's step holds before any training (a run started again): the Ending when there
+    is nothing to train, else None. Every rank holds the same position, so all decide alike."""
+    course, spe = self.course, self.spe
+    record = self._record()
+    if record is not None and self._meets_target(record):  # its target was met there: it ended
+      self._recall(record)
+      return self._ending(outcome.TARGET_REACHED, OVER)
+    if course.finished(spe):
+      if record is not None:  # finished, its last evaluation done: nothing to do
+        self._recall(record)
+        return self._ending(outcome.OK, OVER)
+      # Stopped during its last evaluation: that evaluation (ended by a stop again, it says so).
+      end = self._evaluate()
+      if end == SIGNAL:
+        return self._ending(outcome.STOPPED, SIGNAL)
+      return self._ending(outcome.TARGET_REACHED, TARGET) if end == TARGET else self._ending(outcome.OK, NOTHING_LEFT)
+    into = course.into_epoch(spe)
+    if course.step and into and due(into, self.policy.eval_every) and record is None:
+      end = self._evaluate()  # stopped during a mid-epoch evaluation: it runs before training goes on
+      if end:
+        return self._finish(*self._ended_by(end))
+    return None
 
   def _step(self, images, labels):
     """One step and what is due after it; (status, cause) when the run ends here, else None."""
@@ -214,8 +252,8 @@ class Loop:
     saving = (due(step, self.policy.checkpoint_every) or evaluating) and into
     if saving and not self._save(step):
       return outcome.DIVERGED, NONFINITE_WEIGHTS
-    if evaluating and self._evaluate():
-      return outcome.TARGET_REACHED, TARGET
+    if evaluating and (end := self._evaluate()):
+      return self._ended_by(end)
     self._commit(step, force=bool(saving))
     if self.resize and into:  # an epoch's last step: its end comes first, in this stretch
       self.resize_to = self.resize(step) or 0
@@ -243,10 +281,12 @@ class Loop:
     step = course.step
     if not self._save(step):  # before the evaluation, and before the epoch counts as ended (module docstring)
       return outcome.DIVERGED, NONFINITE_WEIGHTS
-    if self._evaluate():
-      course.epoch_ended(epoch)
-      return outcome.TARGET_REACHED, TARGET
+    end = self._evaluate()
+    if end == SIGNAL:  # the epoch's end is not counted: its evaluation runs again after the resume
+      return self._ended_by(end)
     course.epoch_ended(epoch)
+    if end:
+      return self._ended_by(end)
     self._commit(step, force=True)
     return None
 
@@ -257,10 +297,11 @@ class Loop:
       if not self._save(step):
         return self._ending(outcome.DIVERGED, NONFINITE_WEIGHTS)
     if cause == FINISHED:
-      if self._evaluate():
-        status, cause = outcome.TARGET_REACHED, TARGET
-      # The run's last commit asks for no world change: one would start a world with nothing to train.
-      self._commit(step, force=True, final=True)
+      end = self._evaluate()
+      if end:
+        status, cause = self._ended_by(end)
+      if end != SIGNAL:  # The run's last commit asks for no world change: one would start a world with nothing to train.
+        self._commit(step, force=True, final=True)
     return self._ending(status, cause)
 
   def _ending(self, status: int, cause: str) -> Ending:
@@ -277,23 +318,61 @@ class Loop:
       self.agree()
       self.agreed = step
 
-  def _evaluate(self) -> bool:
-    """The held-out metrics, told to the hooks; whether they meet the target."""
+  @staticmethod
+  def _ended_by(end: str) -> tuple[int, str]:
+    """(status, cause) of an evaluation that ended the run: its target met, or a stop during it."""
+    return (outcome.TARGET_REACHED, TARGET) if end == TARGET else (outcome.STOPPED, SIGNAL)
+
+  def _record(self) -> dict | None:
+    """The record of the evaluation completed at this step, if one was (the position's)."""
+    record = self.course.position.evaluated
+    return record if record and record.get("step") == self.course.step else None
+
+  def _meets_target(self, record: dict) -> bool:
+    p = self.policy
+    return outcome.after_eval(record["top1"], record["top5"], p.target_top1, p.target_top5,
+                              self.skipped).status == outcome.TARGET_REACHED
+
+  def _recall(self, record: dict) -> None:
+    """The figures and, if it met the target, the time of an evaluation completed before a restart
+    (MLPerf's clock of the process that ran it)."""
+    self.held = evaluation.HeldOut(top1=record["top1"], top5=record["top5"], loss=record["loss"],
+                                   count=record["count"])
+    if self._meets_target(record):
+      self.reached = Reached(seconds=record["seconds"], step=record["step"], epoch=record["epoch"])
+
+  def _evaluate(self) -> str | None:
+    """The held-out metrics, told to the hooks and recorded: TARGET when they meet it, SIGNAL when a
+    stop was agreed between its batches (nothing recorded), else None. One completed before a
+    restart (its record) is not repeated."""
     step = self.course.step
+    nominal = self.course.nominal_step(self.spe)
+    record = self._record()
+    if record is not None:
+      self._recall(record)
+      self._tell("evaluated_before", step, nominal, self.held)
+      return TARGET if self.reached else None
     self._agree(step)
     self._tell("before", "eval", step)
-    held = self.evaluate_fn(lambda: self._tell("after_eval_batch", step))
+    try:
+      held = self.evaluate_fn(lambda: self._tell("after_eval_batch", step))
+    except evaluation.Stopped as stop:
+      self.agreed_stop = stop.code
+      return SIGNAL
     if held is not None:
       self.held = held
-    self._tell("after_eval", step, self.course.nominal_step(self.spe), held)
-    p = self.policy
-    verdict = outcome.after_eval(held.top1 if held else None, held.top5 if held else None,
-                                 p.target_top1, p.target_top5, self.skipped)
-    if verdict.status != outcome.TARGET_REACHED:
-      return False
+    self._tell("after_eval", step, nominal, held)
+    if held is None:
+      return None
     # MLPerf's time to train: from start-up to the end of the evaluation that reached the target.
-    self.reached = Reached(seconds=round(self.clock(), 1), step=step, epoch=round(self.course.epochs(self.spe), 3))
-    return True
+    record = {"step": step, "top1": held.top1, "top5": held.top5, "loss": held.loss, "count": held.count,
+              "seconds": round(self.clock(), 1), "epoch": round(self.course.epochs(self.spe), 3)}
+    self.course.evaluated(record)
+    self.record(step, record)
+    if not self._meets_target(record):
+      return None
+    self.reached = Reached(seconds=record["seconds"], step=step, epoch=record["epoch"])
+    return TARGET
 
   def _save(self, step: int) -> bool:
     self._agree(step)

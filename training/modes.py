@@ -14,8 +14,8 @@ train.py chooses once (`of`) and asks the mode wherever the two differ; nothing 
                      name the one that stalled       change renumbers the ranks); no limit while
                                                      the world re-forms (Horovod bounds it)
   input              one writer per node             every rank writes what is missing; one reader width
-  resuming           the checkpoint's position-N.json (where in the data: epoch, images, generations),
-                     broadcast with the weights      sent by the state's sync
+  resuming           the checkpoint's position (where in the data: epoch, images, generations; the
+                     evaluation completed at it), broadcast with the weights / sent by the state's sync
   another world      at a resume: the epoch's rest   at every world change, the same way
                      dealt again to the new world
   the loop           once                            once per world, from the last commit; rank 0
@@ -64,14 +64,18 @@ class Fixed:
     (scanned: its input.sources.Scanned): all stop together, also when their data differ."""
     return sync.first_error(self.hvd, problem, scanned)
 
-  def prepare_input(self, data_config) -> None:
+  def prepare_input(self, data_config, stop_code: int = 0) -> int:
+    """The data written once (digits, Fashion-MNIST), then every rank waits for its node's writer
+    in one allreduce that also agrees the ranks' stop requests: the agreed code (0: go on). A notice
+    during start-up's data checks (ImageNet's files scanned, a data set written) stops the run here,
+    with nothing to lose, instead of after the first step's tracing (minutes for ResNet-50)."""
     pipeline.prepare(data_config, self.world)
-    sync.barrier(self.hvd, "input_ready")  # wait for the node's writer before anyone reads
+    return sync.agreed_stop(self.hvd, stop_code, "input_ready")
 
-  def restored(self, newest: str, step: int, config, data) -> None:
-    """Rank 0 after restoring checkpoint `newest`: its position, and the line that says where the
-    run resumes and, when the world or the batch changed, what that does."""
-    position = elastic.read_position(config.run.model_dir, step)
+  def restored(self, newest: str, step: int, position, config, data) -> None:
+    """Rank 0 after restoring checkpoint `newest` at `step`, whose position is `position` (None: a
+    checkpoint written before positions were kept): the line that says where the run resumes and,
+    when the world or the batch changed, what that does."""
     if position is None:  # written before positions were kept, by a run of this world (all it could know)
       epoch, offset = divmod(step, data.steps_per_epoch)
       current = Generation(self.world.size, config.data.step_batch, offset, getattr(data, "readers", 0))
@@ -149,12 +153,14 @@ class Elastic(Fixed):
     self.scanned = scanned
     return problem
 
-  def prepare_input(self, data_config) -> None:
+  def prepare_input(self, data_config, stop_code: int = 0) -> int:
+    """Every rank writes what it lacks; its own stop request (no collective before the elastic loop:
+    the first step agrees it with the others)."""
     pipeline.prepare(data_config, self.world, every_rank=True)
+    return 0
 
-  def restored(self, newest: str, step: int, config, data) -> None:
+  def restored(self, newest: str, step: int, position, config, data) -> None:
     """Rank 0 after restoring: a checkpoint of a run without positions starts its epoch again."""
-    position = elastic.read_position(config.run.model_dir, step)
     if position is None:
       epoch, offset = divmod(step, data.steps_per_epoch)
       if offset:

@@ -20,6 +20,32 @@ def stop_line(reason: str, code: int, step: int, epochs: float, checkpoint: str 
           f"run the same command to resume (exit {outcome.STOPPED})")
 
 
+def over_line(ending: loop.Ending, targets) -> str:
+  """The line of a run started again after it had ended (loop.OVER): what it ended with, that
+  nothing was trained and summary.json is kept, and what would train on."""
+  held = ending.held
+  metrics = f"held-out top1 {held.top1:.4f}" if held else "no held-out split"
+  if ending.reached:
+    return (f"this run already reached its target at step {ending.step} (epoch {ending.epochs:.2f}), "
+            f"{ending.reached.seconds:.1f} s after its start-up, {metrics}; nothing trained, summary.json kept "
+            "(a higher --target_top1/--target_top5 trains on)")
+  return (f"this run already finished at step {ending.step} (epoch {ending.epochs:.2f}), {metrics}; nothing "
+          "trained, summary.json kept (more --epochs or --max_steps trains on)")
+
+
+def startup_stop_line(reason: str, code: int) -> str:
+  """The line of a run stopped before its first step (a notice during start-up's data checks)."""
+  why = reason or f"{signals.name(code)} on another rank"
+  return (f"stopped: {why} during start-up; nothing was trained or written; run the same command to resume "
+          f"(exit {outcome.STOPPED})")
+
+
+def export_stop_line(reason: str, newest: str | None) -> str:
+  """The line of a run stopped during its export (after its summary.json and checkpoint were written)."""
+  return (f"stopped: {reason or 'a stop request'} during the export; checkpoint {newest or 'none'} and "
+          f"summary.json are kept, and the same command exports (exit {outcome.STOPPED})")
+
+
 def divergence_line(cause: str, step: int, lr: float, skipped: int, newest: str | None) -> str:
   """The line of a diverged run. cause: loop.NONFINITE_STEP (the step's loss or gradient; its
   update was not applied) or loop.NONFINITE_WEIGHTS (found before a checkpoint); newest: the

@@ -1,15 +1,27 @@
 """The one save path of a run: every rank calls save(step), the ranks agree that the weights
-are finite, rank 0 writes (once per step), and --elastic's position goes beside it.
+are finite, rank 0 writes (once per step), the position in the data inside the checkpoint, and
+each completed evaluation's figures beside it (eval-N.json).
+
+The position lives in the checkpoint (a string variable holding its JSON), so the two are one
+file set that appears at once (training/checkpoints.py: the index last). It was position-N.json,
+written just before its checkpoint: an elastic rollback that wrote checkpoint N again left the new
+world's position-N.json beside the old world's ckpt-N for the whole write, and a kill then paired
+them. Checkpoints from before keep theirs in that file, which is still read.
 
 The loop's checkpoints (training/loop.py) and the elastic commit kept before a world
 re-forms (training/modes.py) both come here; finiteness is judged once, here, not again
 by training/checkpoints.py.
 """
+import dataclasses
+import glob
+import json
 import os
+import re
 
 import tensorflow as tf
 
 from optimizers import precision
+from progress import write_json_atomic
 from training import checkpoints, elastic
 
 
@@ -24,7 +36,10 @@ class Saver:
   def __init__(self, checkpoint, directory: str, keep: int, log, floating, any_rank=None, optional=(),
                powersgd=None, average=None):
     self.checkpoint, self.directory, self.keep, self.log = checkpoint, directory, keep, log
-    self.optional = tuple(optional)  # checkpoints.OptionalPart's
+    # The position, inside the checkpoint; absent from checkpoints written before (read from their file).
+    self.position = tf.Variable("", dtype=tf.string, trainable=False, name="position")
+    checkpoint.position = self.position
+    self.optional = tuple(optional) + (checkpoints.OptionalPart("position", ""),)  # checkpoints.OptionalPart's
     self.floating, self.any_rank = list(floating), any_rank
     self.powersgd, self.average = powersgd, average
     self.manager = None  # rank 0's checkpoints.Checkpoints, made by writer()
@@ -76,16 +91,15 @@ class Saver:
     return self.manager.newest if self.manager else None
 
   def save(self, step: int, position: "elastic.Position | None" = None, agree: bool = True) -> bool:
-    """Checkpoint `step`: False, and nothing written, if some rank's weights hold inf/NaN.
+    """Checkpoint `step`, with its position: False, and nothing written, if some rank's weights hold inf/NaN.
 
     agree: the ranks agree on that first (one small allreduce): --base_lr=1e6 on digits blew
     up the BatchNorm moving variance while the loss stayed finite, and rank 0 refusing such a
     save alone would end it and leave the others failing in their next collective. agree=False
     (a world that is breaking up: no collective can be trusted) judges this rank's alone.
-    A checkpoint of this step already written is not written again; position (--elastic) is
-    written just before it. A failed write (disk full) raises checkpoints.CheckpointError.
-    PowerSGD's residuals are averaged over ranks first (a collective, so only when agree; without
-    it rank 0 writes its own).
+    A checkpoint of this step already written is not written again. A failed write (disk full)
+    raises checkpoints.CheckpointError. PowerSGD's residuals are averaged over ranks first (a
+    collective, so only when agree; without it rank 0 writes its own).
     """
     bad = not bool(precision.all_finite(self.floating))
     if agree and self.any_rank is not None:
@@ -95,13 +109,56 @@ class Saver:
     if self.powersgd is not None and agree and self.average is not None:  # every rank, before rank 0 writes
       self.powersgd.average_residuals(self.average)
     if self.manager and self.manager.newest != os.path.join(self.directory, f"{checkpoints.PREFIX}-{step}"):
-      if position is not None:
-        try:
-          elastic.write_position(self.directory, step, position)
-        except OSError as e:  # a full disk: the sentence a failed checkpoint gives, not a traceback
-          raise checkpoints.CheckpointError(
-              f"cannot save checkpoint {checkpoints.PREFIX}-{step} in {self.directory} "
-              f"({checkpoints.short_reason(e)}); the earlier checkpoints are intact, so free some space "
-              "(or make the directory writable) and restart.") from None
+      self.position.assign(json.dumps(position.to_json()) if position is not None else "")
+      _remove(self._evaluated_path(step))  # another checkpoint N: an older one's figures are not its
       self.manager.save(step, variables=())  # judged above, on every rank
+      self._sweep()
     return True
+
+  def restored_position(self, step: int) -> "elastic.Position | None":
+    """The position of the checkpoint just restored (step: its number), with the evaluation completed
+    at it if one was (eval-N.json); None for a checkpoint written before positions were kept."""
+    text = self.position.numpy().decode()
+    position = elastic.Position.from_json(json.loads(text)) if text else elastic.read_position(self.directory, step)
+    if position is None:
+      return None
+    record = self._read_evaluated(step)
+    return dataclasses.replace(position, evaluated=record) if record and not position.evaluated else position
+
+  def record_evaluation(self, step: int, record: dict) -> None:
+    """Rank 0 (the writer): eval-N.json, the figures of the evaluation completed at checkpoint N
+    (written after it: a kill first only repeats the evaluation). A full disk loses the record,
+    not the run: the evaluation is repeated after a resume."""
+    if not self.manager or not os.path.exists(os.path.join(self.directory, f"{checkpoints.PREFIX}-{step}.index")):
+      return
+    try:
+      write_json_atomic(self._evaluated_path(step), record)
+    except OSError as e:
+      self.log("the evaluation at step %d is not recorded (%s); a resume evaluates it again", step,
+               checkpoints.short_reason(e))
+
+  def _evaluated_path(self, step: int) -> str:
+    return os.path.join(self.directory, f"eval-{step}.json")
+
+  def _read_evaluated(self, step: int) -> dict | None:
+    try:
+      with open(self._evaluated_path(step)) as fh:
+        record = json.load(fh)
+    except (OSError, ValueError):
+      return None
+    return record if record.get("step") == step else None
+
+  def _sweep(self) -> None:
+    """The records of checkpoints no longer kept go with them (and the position files of older ones)."""
+    kept = {n for n in checkpoints.on_disk(self.directory)}
+    for path in glob.glob(os.path.join(self.directory, "eval-*.json")) + elastic.position_files(self.directory):
+      number = re.search(r"-(\d+)\.json$", path)
+      if number and int(number.group(1)) not in kept:
+        _remove(path)
+
+
+def _remove(path: str) -> None:
+  try:
+    os.remove(path)
+  except OSError:
+    pass

@@ -83,6 +83,21 @@ def test_a_checkpoint_evaluated_on_1_2_and_4_ranks_gives_what_the_run_printed_at
   assert not os.path.exists(model_dir / f"ckpt-{step + 1}.index")
 
 
+def test_a_run_that_met_its_target_started_again_says_so_and_trains_nothing(target_run):
+  # It trained on to its next evaluation before, reported time_to_target_seconds on the restart's clock
+  # and overwrote summary.json with images_per_sec null.
+  proc, model_dir = target_run
+  kept = (model_dir / "summary.json").read_text()
+  step = json.loads(kept)["target_step"]
+  again = horovodrun(2, *train_args(model_dir, "--epochs=4", "--batch_size=32", "--warmup_epochs=0.5", "--eval_every=5",
+                                    "--target_top1=0.85", "--export=false"), check=True, timeout=300)
+  (line,) = [l for l in again.stderr.splitlines() if "this run already" in l]
+  assert re.search(rf"this run already reached its target at step {step} \(epoch [\d.]+\), [\d.]+ s after its "
+                   r"start-up, held-out top1 0\.(8[5-9]|9)\d*; nothing trained, summary.json kept", line), line
+  assert (model_dir / "summary.json").read_text() == kept and summary_of(again) == json.loads(kept)
+  assert not re.search(r"step +\d+/\d+  loss", again.stderr) and "eval top1" not in again.stderr
+
+
 def test_bad_flag_stops_every_rank_with_one_sentence(tmp_path):
   proc = horovodrun(2, *train_args(tmp_path, "--global_batch_size=63"), timeout=300, extra_env=NO_GRACE)
   assert proc.returncode != 0

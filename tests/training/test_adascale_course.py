@@ -9,7 +9,7 @@ import pytest
 from optimizers import adascale
 from test_loop import Data, Recorder
 from training import course, loop, outcome
-from training.elastic import Position, read_position, write_position
+from training.elastic import Position
 from training.loop import Loop, Policy
 from training.noise_scale import NoiseScale
 from training.step import StepOut
@@ -79,13 +79,23 @@ def test_an_fp16_step_skipped_for_an_overflow_does_not_move_the_clock():
   assert ending.step == 3 and ending.tau == pytest.approx(2 * gain_of(40.0))
 
 
-def test_tau_and_the_noise_estimates_survive_the_position_file_and_the_run_goes_on_from_them(tmp_path):
+def through_a_checkpoint(directory, step, position):
+  """The position a resumed run reads: saved inside checkpoint `step` and restored in another saver."""
+  import tensorflow as tf
+  from training.saving import Saver
+  savers = [Saver(tf.train.Checkpoint(step=tf.Variable(0)), str(directory), 3, lambda *a: None, []) for _ in "ab"]
+  savers[0].writer()
+  assert savers[0].save(step, position=position)
+  assert savers[1].writer().restore_newest() == step
+  return savers[1].restored_position(step)
+
+
+def test_tau_and_the_noise_estimates_survive_the_checkpoint_and_the_run_goes_on_from_them(tmp_path):
   noise = NoiseScale()
   for sq_small, sq_big in [(3.0, 1.9), (2.5, 1.4), (2.8, 1.7)]:
     noise.update(sq_small, sq_big, 32, 64)
   position = Position(epoch=1, images=640, step=10, tau=37.25, noise=noise.state())
-  write_position(str(tmp_path), 10, position)
-  back = read_position(str(tmp_path), 10)
+  back = through_a_checkpoint(tmp_path, 10, position)
   assert back == position
   again = NoiseScale()
   again.restore(back.noise)

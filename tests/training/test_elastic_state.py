@@ -125,14 +125,13 @@ def test_a_run_resumed_on_half_the_ranks_goes_on_at_the_epoch_and_schedule_it_re
   p = p.next_epoch()
   for _ in range(23):
     p = p.after_step(2, 32, 64, readers=1)
-  elastic.write_position(str(tmp_path), 46, p)
   config = types.SimpleNamespace(run=types.SimpleNamespace(model_dir=str(tmp_path), epochs=4.0, max_steps=0),
                                  data=batch(32, step_batch=32), optim=LINEAR)
   mode = modes.Fixed(None, world(1))
   lines = []
   mode.log = lambda fmt, *args: lines.append(fmt % args)
   data = types.SimpleNamespace(steps_per_epoch=46, readers=1)
-  mode.restored("D/ckpt-46", 46, config, data)
+  mode.restored("D/ckpt-46", 46, p, config, data)
   assert "global batch was 64 on 2 ranks and is 32 on 1 now" in lines[0]
   assert "epoch 2.00, 2,944 images trained" in lines[0] and "step 92 of 184" in lines[0]
   c = course.Course(course.Held(mode._for_world(mode.position, config, data)), config.run, world(1), config.data)
@@ -147,13 +146,12 @@ def test_under_adascale_a_resumed_run_goes_on_at_its_tau_and_says_the_gain_follo
   p = Position()
   for _ in range(46):
     p = p.after_step(2, 32, 64, readers=1, tau=1.5)
-  elastic.write_position(str(tmp_path), 46, p)
   config = types.SimpleNamespace(run=types.SimpleNamespace(model_dir=str(tmp_path), epochs=4.0, max_steps=0),
                                  data=batch(32, step_batch=32), optim=types.SimpleNamespace(adascale_base=32))
   mode = modes.Fixed(None, world(1))
   lines = []
   mode.log = lambda fmt, *args: lines.append(fmt % args)
-  mode.restored("D/ckpt-46", 46, config, types.SimpleNamespace(steps_per_epoch=46, readers=1))
+  mode.restored("D/ckpt-46", 46, p, config, types.SimpleNamespace(steps_per_epoch=46, readers=1))
   assert "epoch 1.50, 2,944 images trained (AdaScale: tau 69.0 base-batch steps)" in lines[0], lines
   assert "step 69 of 184 at this batch) and AdaScale's gain follows the new global batch" in lines[0], lines
 
@@ -172,25 +170,11 @@ def test_a_run_resumed_mid_epoch_on_another_world_deals_the_rest_of_the_epoch_to
   assert same._for_world(p, config2, data) == p  # the same world: the step within the epoch says where
 
 
-def test_positions_live_beside_their_checkpoints(tmp_path):
-  d = str(tmp_path)
-  for step in (10, 20):
-    open(os.path.join(d, f"ckpt-{step}.index"), "w").close()
-    elastic.write_position(d, step, Position(epoch=step // 10, step=step))
-  os.remove(os.path.join(d, "ckpt-10.index"))  # the manager dropped checkpoint 10
-  elastic.write_position(d, 30, Position(epoch=3, step=30))
-  assert sorted(os.listdir(d)) == ["ckpt-20.index", "position-20.json", "position-30.json"]
-  assert elastic.read_position(d, 20) == Position(epoch=2, step=20)
-  assert elastic.read_position(d, 25) is None  # a checkpoint written before positions were kept
-
-
-def test_a_position_that_cannot_be_written_is_one_sentence_and_the_checkpoints_stay(tmp_path):
-  from training import checkpoints, saving
-  os.makedirs(tmp_path / "position-7.json")  # os.replace onto a directory fails as a full disk would
-  saver = saving.Saver(None, str(tmp_path), 3, print, [])
-  saver.manager = types.SimpleNamespace(newest=None, save=lambda *a, **k: pytest.fail("checkpoint written"))
-  with pytest.raises(checkpoints.CheckpointError, match=r"^cannot save checkpoint ckpt-7 in .*restart\.$"):
-    saver.save(7, position=Position(step=7), agree=False)
+def test_a_checkpoint_written_before_positions_moved_inside_it_is_read_from_its_file(tmp_path):
+  (tmp_path / "position-20.json").write_text(json.dumps(Position(epoch=2, step=20).to_json()))
+  assert elastic.read_position(str(tmp_path), 20) == Position(epoch=2, step=20)
+  assert elastic.read_position(str(tmp_path), 25) is None  # a checkpoint written before positions were kept
+  assert elastic.position_files(str(tmp_path)) == [str(tmp_path / "position-20.json")]
 
 
 class LostPeerHvd:
@@ -231,17 +215,43 @@ def test_under_the_adaptive_policy_a_resumed_run_keeps_tau_and_goes_on_near_its_
   p = Position()
   for _ in range(20):
     p = p.after_step(2, 128, 256, readers=1, tau=3.0)
-  elastic.write_position(str(tmp_path), 20, p)
   data_config = types.SimpleNamespace(global_batch=64, step_batch=32, adaptive=True)
   config = types.SimpleNamespace(run=types.SimpleNamespace(model_dir=str(tmp_path), epochs=4.0, max_steps=0),
                                  data=data_config, optim=types.SimpleNamespace(adascale_base=32))
   mode = modes.Fixed(None, world(2))
   lines = []
   mode.log = lambda fmt, *args: lines.append(fmt % args)
-  mode.restored("D/ckpt-20", 20, config, types.SimpleNamespace(steps_per_epoch=23, readers=1))
+  mode.restored("D/ckpt-20", 20, p, config, types.SimpleNamespace(steps_per_epoch=23, readers=1))
   assert mode.position.tau == 60.0 and mode.position.global_batch == 256
   assert "tau 60.0 base-batch steps" in lines[0] and "goes on near its global batch 256" in lines[0], lines
   assert "the global batch was" not in lines[0]  # it is not changing to the flags' 64
   c = Controller(micro_batch=32, base_batch=32, every=50, noise=None, agree=lambda k: k, log=print)
   c.new_world(2, (1, 8), exchange_seconds=0.01)
   assert c.start_k(1, mode.position.global_batch) == 4
+
+
+class MaxHvd:
+  """Horovod's Max allreduce over this rank and a peer whose stop request is `peer`."""
+  Max = "max"
+
+  def __init__(self, peer: int):
+    self.peer, self.names = peer, []
+
+  def allreduce(self, tensor, op, name):
+    import tensorflow as tf
+    assert op == self.Max
+    self.names.append(name)
+    return tf.maximum(tensor, self.peer)
+
+
+@pytest.mark.parametrize("mine, peer, want", [(0, 0, 0), (10, 0, 10), (0, 15, 15)])
+def test_a_stop_asked_during_start_ups_data_checks_is_agreed_at_the_inputs_barrier(mine, peer, want):
+  # A notice during start-up (ImageNet's files scanned, a data set written) waited for the first step,
+  # after tracing it (minutes for ResNet-50), past Slurm's --signal=B:USR1@120 window.
+  hvd = MaxHvd(peer)
+  data_config = types.SimpleNamespace(source=None)
+  assert modes.Fixed(hvd, types.SimpleNamespace(local_rank=0)).prepare_input(data_config, mine) == want
+  assert hvd.names == ["stop_input_ready"]  # the one collective: the barrier the node's writer is waited at
+  # --elastic: no collective before the elastic loop (a joining rank would meet none): the first step agrees it.
+  assert modes.Elastic(hvd, types.SimpleNamespace(local_rank=0), 0).prepare_input(data_config, mine) == 0
+  assert hvd.names == ["stop_input_ready"]

@@ -73,3 +73,14 @@ def test_what_a_killed_export_left_is_removed_at_the_next_start(tmp_path):
   assert lines == ["removed what an interrupted export left: export.tmp-999999999"]
   export.remove_leftovers(str(tmp_path), lines.append)
   assert len(lines) == 1  # nothing left to say
+
+
+def test_a_stop_during_the_export_abandons_it_and_an_export_left_alone_ends():
+  import threading
+  from training import export
+  never = threading.Event()  # an export that does not end while the test runs (ResNet-50's take minutes)
+  polls = []
+  assert export.unless_stopped(lambda: never.wait(60) or {"export": "x"}, lambda: polls.append(1) or len(polls) > 2,
+                               poll_seconds=0.01) is None
+  never.set()
+  assert export.unless_stopped(lambda: {"export": "x"}, lambda: False, poll_seconds=0.01) == {"export": "x"}

@@ -1,6 +1,5 @@
 """training/saving.py: the one save path (the loop's checkpoints and the elastic commit's), on a
 real tf.train.Checkpoint in one process; any_rank stands in for the other ranks' answer."""
-import json
 import os
 
 import keras
@@ -28,14 +27,41 @@ def saver_for(directory, any_rank=None, writer=True):
   return model, saver
 
 
-def test_a_save_is_written_once_per_step_and_the_position_goes_beside_it(tmp_path):
+def test_a_save_is_written_once_per_step_with_its_position_inside(tmp_path):
   _, saver = saver_for(tmp_path)
   assert saver.save(5, position=Position(epoch=1, step=5))
   index = tmp_path / "ckpt-5.index"
   first = os.stat(index).st_ino
-  assert saver.save(5) and os.stat(index).st_ino == first  # the same step again: nothing rewritten
+  assert saver.save(5, position=Position(epoch=9, step=5)) and os.stat(index).st_ino == first  # nothing rewritten
   assert saver.newest == str(tmp_path / "ckpt-5") == checkpoints.newest(str(tmp_path))
-  assert json.loads((tmp_path / "position-5.json").read_text())["step"] == 5
+  # One file set: no position-N.json to pair with the wrong checkpoint (an elastic rollback rewriting ckpt-N).
+  assert not list(tmp_path.glob("position-*"))
+  _, again = saver_for(tmp_path)
+  assert again.writer().restore_newest() == 5 and again.restored_position(5) == Position(epoch=1, step=5)
+
+
+def test_a_completed_evaluation_is_recorded_beside_its_checkpoint_and_goes_with_it(tmp_path):
+  _, saver = saver_for(tmp_path)
+  record = {"step": 5, "top1": 0.5, "top5": 0.9, "loss": 1.2, "count": 300, "reached": None}
+  saver.record_evaluation(5, record)  # no checkpoint 5 yet: nothing recorded
+  assert not (tmp_path / "eval-5.json").exists()
+  saver.save(5, position=Position(epoch=1, step=5))
+  saver.record_evaluation(5, record)
+  _, again = saver_for(tmp_path)
+  again.writer().restore_newest()
+  assert again.restored_position(5) == Position(epoch=1, step=5, evaluated=record)
+  for step in (6, 7, 8):  # keep=3: checkpoint 5 is dropped, and its record with it
+    saver.save(step, position=Position(step=step))
+  assert not (tmp_path / "eval-5.json").exists() and not (tmp_path / "ckpt-5.index").exists()
+
+
+def test_a_checkpoint_written_again_at_a_step_drops_the_older_ones_record(tmp_path):
+  _, saver = saver_for(tmp_path)
+  saver.save(5, position=Position(step=5))
+  saver.record_evaluation(5, {"step": 5, "top1": 0.5})
+  _, other = saver_for(tmp_path)  # another process's writer (an elastic world's new rank 0) saves ckpt-5 again
+  other.save(5, position=Position(step=5, epoch=1))
+  assert not (tmp_path / "eval-5.json").exists()
 
 
 def test_inf_on_another_rank_refuses_the_save_everywhere(tmp_path):
