@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bench.compression import accuracy, report, speed, variants as V
+from bench.compression import accuracy, report, speed, tables, variants as V
 from bench.compression.__main__ import parse_args
 from comm.cost_model import CostModel, Link
 from comm.topology import World
@@ -175,7 +175,7 @@ def test_speed_rows_slowest_rate_first_with_cut_efficiency_and_model_ratio():
 
 def verdicts(res):
   rows = report.speed_rows(res)
-  return [ok for _, _, ok in report.targets(rows, report.accuracy_stats(res["accuracy"]["runs"]))]
+  return [ok for _, _, ok in report.targets(rows, tables.accuracy_stats(res["accuracy"]["runs"]))]
 
 
 def test_targets_met():
@@ -200,7 +200,7 @@ def test_targets_not_measured_without_rows():
 
 
 def test_accuracy_stats():
-  stats = {s["config"]: s for s in report.accuracy_stats(result()["accuracy"]["runs"])}
+  stats = {s["config"]: s for s in tables.accuracy_stats(result()["accuracy"]["runs"])}
   assert list(stats) == ["none", "r4", "r4-noef"]  # ACCURACY_CONFIGS' order, configurations run only
   assert stats["none"]["final_mean"] == pytest.approx(0.86)
   assert (stats["r4"]["reached"], stats["r4-noef"]["reached"]) == (2, 0)
@@ -237,7 +237,7 @@ def test_report_names_failed_launches():
     ({}, "- | -"),  # a summary.json without the entry
 ])
 def test_sent(entry, want):
-  assert report.sent(entry) == want
+  assert tables.sent(entry) == want
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -306,7 +306,7 @@ def test_trust_text_tables_each_layer_and_says_what_is_missing():
   layer = {"layer": "conv1/kernel", "view": [144, 16], "count": 8, **{k: stat for k in ("trust", "norm", "cos", "step")}}
   trust = {"batches": 8, "halves": 2, "missing": ["r4-noef-seed1"],
            "configs": {"r4": {"seeds": [0], "steps": [116, 174], "rank": 4, "error_feedback": True, "layers": [layer]}}}
-  text = report.trust_text(trust)
+  text = tables.trust_text(trust)
   assert "| conv1/kernel | 144x16 | 0.90 (0.80-1.00) | 0.90 (0.80-1.00) |" in text
   assert "(seeds 0; steps 116, 174)" in text and "Runs not found (not measured): r4-noef-seed1." in text
-  assert report.trust_text({}).startswith("Not measured")
+  assert tables.trust_text({}).startswith("Not measured")
