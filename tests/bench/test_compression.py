@@ -131,21 +131,26 @@ def test_the_timed_encode_keeps_the_state_the_step_keeps():
   assert float(tf.reduce_sum(tf.abs(compressor.residuals[0]))) > 0.0
 
 
-def row(variant, link_mb, exchange_s, step_s, predicted_s, compression=None, encode_s=None, chose=None):
-  return {"variant": variant, "compression": compression or variant.split("-")[0],
+def row(variant, link_mb, exchange_s, step_s, predicted_s, encode_s=None, chose=None, encode_share=0.0):
+  """A row as worker.measure writes it: auto's `compression` is "auto" whatever it chose (its
+  summary's `chose` says what); the prediction is encode_share encode, the rest the link's."""
+  return {"variant": variant, "compression": variant.split("-")[0],
           "summary": {"kind": variant, **({"chose": chose} if chose else {})},
           "step_link_bytes": link_mb * MB, "exchange_link_bytes": link_mb * MB, "payload_bytes": link_mb * MB,
-          "step_s": step_s, "exchange_s": exchange_s, "encode_s": encode_s, "predicted_exchange_s": predicted_s}
+          "step_s": step_s, "exchange_s": exchange_s, "encode_s": encode_s, "predicted_exchange_s": predicted_s,
+          "predicted_encode_s": predicted_s * encode_share, "predicted_collectives_s": predicted_s * (1 - encode_share)}
 
 
-def result(auto_step=0.5, r4_ratio=1.0):
+def result(auto_step=0.5, r4_ratio=1.0, auto_ratio=1.0):
   """Two rates on 2 hosts: at 500mbit PowerSGD rank 4 cuts 100 MB to 2 (50x), its exchange 2.0 s
   to 0.1 (20x), its step 2.5 s to 0.5 (e 0.12 -> 0.6 against S_1's 0.3 s); auto's step auto_step
-  there, rank 4's exchange r4_ratio x its prediction."""
-  slow = [row("none", 100, 2.0, 2.5, 1.6), row("powersgd-r4", 2, 0.1, 0.5, 0.1 / r4_ratio, encode_s=0.05),
-          row("auto", 2, 0.1, auto_step, 0.1, compression="powersgd", encode_s=0.05, chose="powersgd")]
-  fast = [row("none", 100, 0.2, 0.5, 0.2), row("powersgd-r4", 2, 0.08, 0.48, 0.08, encode_s=0.05),
-          row("auto", 100, 0.2, 0.5, 0.2, compression="none", chose="none")]
+  there, rank 4's exchange r4_ratio x its prediction, auto's auto_ratio x its; each compressed
+  prediction 80% encode (20 ms of link at 500mbit, measured 100 - 50 ms)."""
+  slow = [row("none", 100, 2.0, 2.5, 1.6),
+          row("powersgd-r4", 2, 0.1, 0.5, 0.1 / r4_ratio, encode_s=0.05, encode_share=0.8),
+          row("auto", 2, 0.1, auto_step, 0.1 / auto_ratio, encode_s=0.05, chose="powersgd", encode_share=0.8)]
+  fast = [row("none", 100, 0.2, 0.5, 0.2), row("powersgd-r4", 2, 0.08, 0.48, 0.08, encode_s=0.05, encode_share=0.75),
+          row("auto", 100, 0.2, 0.5, 0.2, chose="none")]
   launch = lambda rate, rows: {"rate": rate, "hosts": 2, "local_step_s": 0.4, "steps": 5, "rows": rows}
   entry = {"kind": "powersgd", "rank": 4, "layers_compressed": 9,
            "bytes_per_step": {"uncompressed": 311016, "compressed": 35720}}
@@ -171,6 +176,28 @@ def test_speed_rows_slowest_rate_first_with_cut_efficiency_and_model_ratio():
   assert none["efficiency"] == pytest.approx(0.12) and r4["efficiency"] == pytest.approx(0.6)
   assert none["ratio"] == pytest.approx(1.25) and r4["encode_ms"] == pytest.approx(50.0)
   assert (auto["chose"], none["chose"], r4["compressed"], none["compressed"]) == ("powersgd", None, True, False)
+  assert auto["compressed"] and not rows[-1]["compressed"]  # auto that chose PowerSGD, auto that sent whole
+  assert r4["predicted_link_ms"] == pytest.approx(20.0) and r4["encode_share"] == pytest.approx(0.8)
+  assert r4["link_ms"] == pytest.approx(50.0) and r4["link_ratio"] == pytest.approx(2.5)
+  assert none["link_ms"] == pytest.approx(2000.0) and none["encode_share"] == pytest.approx(0.0)
+
+
+def test_model_target_counts_autos_rows():
+  # rank 4's rows within 25%, auto's (chose PowerSGD) 1.5x its prediction: left out, the target read met
+  rows = report.speed_rows(result(auto_ratio=1.5))
+  what, measured, ok = report.model_target(rows)
+  assert ok is False and "auto's" in what
+  assert measured.startswith("2 of 3 rows: powersgd 2 of 2, auto 0 of 1 (outside: 1.50 at 500mbit, 2 hosts)")
+  assert "75-80% of each prediction is the encode" in measured
+  assert report.model_target(report.speed_rows(result()))[1].startswith("3 of 3 rows: powersgd 2 of 2, auto 1 of 1;")
+
+
+def test_model_parts_say_the_link_part_apart():
+  text = report.model_parts(report.speed_rows(result()))
+  assert "| 500mbit | 2 | powersgd-r4 | 100 | 80% | 20 | 100 | 50 | 2.50 |" in text
+  assert "| 500mbit | 2 | auto (powersgd) | 100 | 80% |" in text and "| 10gbit | 2 | auto (none) |" not in text
+  assert "The encode is 75-80% of each compressed row's prediction" in text
+  assert "uncompressed rows (none, auto (none)), all link: 3 of 3 within 25%" in text
 
 
 def verdicts(res):
