@@ -3,6 +3,7 @@ comparison's median and range over seeds, the issue's targets against them, and 
 import json
 import os
 
+from bench.noise_scale.study import TRAIN_IMAGES
 from bench.train_runs import REPO
 
 
@@ -46,6 +47,79 @@ def target_table(rows: dict) -> list[str]:
                f"| {_spread([x.get('target_step') for x in s], ',.0f')} | {_spread([x.get('images_trained') for x in s], ',.0f')} "
                f"| {' / '.join(changes) if 'batch_policy' in s[0] else '-'} | {_spread([r['wall_seconds'] for r in runs])} |")
   return out
+
+
+def _flag(run: dict, name: str):
+  """The value of --name in the run's command line, or None."""
+  return next((f.split("=", 1)[1] for f in run.get("flags", []) if f.startswith(f"--{name}=")), None)
+
+
+def warmups(budget: dict) -> list[str]:
+  """Per S with both arms: the linear rule's warmup in updates against AdaScale's, read off its clock.
+  The linear arm's is --warmup_epochs of its updates an epoch (train.py: TRAIN_IMAGES // the global
+  batch; optimizers/schedules.py rounds); AdaScale's is --warmup_epochs of the base schedule's epoch,
+  S times as many base-batch steps, which it has trained through when tau passes them (tau is logged
+  every --log_every updates: the two logged updates around it)."""
+  out = []
+  for name, linear in budget.items():
+    scale = name.split("=")[1] if name.startswith("linear S=") else None
+    traced = [r for r in budget.get(f"adascale S={scale}", []) if r.get("tau")]
+    if not (scale and linear and traced and _flag(linear[0], "warmup_epochs")):
+      continue
+    epochs, s = float(_flag(linear[0], "warmup_epochs")), int(scale)
+    per_epoch = TRAIN_IMAGES // linear[0]["summary"]["global_batch"]
+    base = int(round(epochs * per_epoch * s))
+    spans = sorted({(max((u for u, t in r["tau"] if t < base), default=0),
+                     next((u for u, t in r["tau"] if t >= base), None)) for r in traced})
+    where = " / ".join(f"between updates {a} and {b}" if b else f"after update {a} (not passed in the log)"
+                       for a, b in spans) + (" in every seed" if len(spans) == 1 and len(traced) > 1 else "")
+    out.append(f"- S = {scale}: the linear rule warms up in {int(round(epochs * per_epoch))} updates ({epochs:g} of its "
+               f"{per_epoch} an epoch) to {s}x the base LR; AdaScale's warmup, {base} base-batch steps of tau "
+               f"({epochs:g} of {per_epoch} x {s}), ended {where} (tau logged every "
+               f"{_flag(traced[0], 'log_every') or '?'} updates).")
+  return out
+
+
+def k_updates(run: dict) -> tuple[int, int, int]:
+  """(updates at K > 1 before the target, or the run's end; updates to it; K there), from
+  summary.json's batch_policy changes (K 1 from the start without them)."""
+  s = run["summary"]
+  end = s.get("target_step") or s["steps"]
+  changes = sorted((s.get("batch_policy") or {}).get("changes", []), key=lambda c: c["step"])
+  k, at, above = (changes[0]["k_from"] if changes else 1), 0, 0
+  for c in changes:
+    if c["step"] >= end:
+      break
+    above += c["step"] - at if k > 1 else 0
+    k, at = c["k_to"], c["step"]
+  return above + (end - at if k > 1 else 0), end, k
+
+
+def k_note(target: dict) -> str | None:
+  """What the adaptive runs' K says about the comparison with the fixed batch: when K was 1 at
+  the target in every seed, that the study could not tell the controller from the fixed run."""
+  runs, fixed = target.get("adaptive", []), target.get("fixed", [])
+  use = [k_updates(r) for r in runs]
+  if not use or any(k != 1 for _, _, k in use):
+    return None
+  probes = all(c.get("probe") for r in runs for c in (r["summary"].get("batch_policy") or {}).get("changes", [])
+               if c["k_to"] > c["k_from"])
+  # At K = 1 the global batch is the base batch (r = 1: the fixed run's LR) when it starts there.
+  at_base = all(c["global_from"] == c["k_from"] * int(_flag(r, "base_batch") or 0) for r in runs
+                for c in (r["summary"].get("batch_policy") or {}).get("changes", [])[:1])
+  text = (f"K was 1 at the target in every seed: {' and '.join(f'{a:,} of {n:,}' for a, n, _ in use)} updates to it "
+          f"ran at a larger K ({'the controller trying twice K, then back' if probes else 'then back to K = 1'})."
+          + (" At K = 1 the global batch is the base batch and AdaScale's r is 1, so but for those updates an adaptive "
+             "run followed the fixed run's recipe." if at_base else "")
+          + " This study could not tell the controller from the fixed run.")
+  steps = [[r["summary"].get("target_step") for r in group] for group in (runs, fixed)]
+  if all(None not in g for g in steps) and fixed:
+    gap, spread = abs(round(_median(steps[0])) - round(_median(steps[1]))), max(steps[1]) - min(steps[1])
+    text += (f" Updates to the target, {_median(steps[0]):,.0f} against {_median(steps[1]):,.0f}"
+             + (f": not fewer updates won by the controller, and the {gap:,.0f} between the medians is less than the "
+                f"{spread:,} between the fixed runs' own seeds ({min(steps[1]):,}-{max(steps[1]):,})." if spread > gap
+                else f" (the fixed runs' seeds: {min(steps[1]):,}-{max(steps[1]):,})."))
+  return text
 
 
 def _drift(parts):
@@ -103,8 +177,10 @@ def targets(parts: dict) -> list[str]:
       overlap = min(spans[1]) <= max(spans[0])
       verdict = "met" if adaptive <= fixed else ("not met by the medians, the seeds' ranges overlapping" if overlap
                                                  else "not met")
+      stayed = ("; K stayed 1 but for the controller's trial, so this sets the fixed recipe against itself"
+                if k_note(target) else "")
       out.append(f"- adaptive: time to the target {adaptive:.0f} s against batch 64's {fixed:.0f} s at its searched LR "
-                 f"(ratio {adaptive / fixed:.2f}; the target: no worse, {verdict})")
+                 f"(ratio {adaptive / fixed:.2f}; the target: no worse, {verdict}){stayed}")
       per_update = {name: _median([r["summary"]["time_to_target_seconds"] / r["summary"]["target_step"]
                                    for r in target[name] if r["summary"].get("target_step")]) for name in ("fixed", "adaptive")}
       out.append(f"- per update to the target: {per_update['adaptive'] * 1000:.0f} ms adaptive against "
@@ -141,6 +217,12 @@ def write(out: dict, out_dir: str) -> None:
               "the base-batch epochs, so it trains on more data where r < S (the data epochs column) and takes "
               "longer: the budget is AdaScale's (Johnson et al.'s) measure, not equal data or equal time.", ""]
     lines += budget_table(parts["budget"]) + [""]
+    warm = warmups(parts["budget"])
+    if warm:
+      lines += ["Warmup, from each run's flags and AdaScale's clock:", ""] + warm + [
+          "", "The two arms differ in warmup as well as in the LR rule"
+          + (", and the linear rule given AdaScale's updates (below) warms up as the linear arm does"
+             if "steps" in parts else "") + ": what the linear rule lost is the two together, not separated here.", ""]
   if "steps" in parts:
     lines += ["## The linear rule given AdaScale's updates", "",
               "AdaScale trains longer than the linear rule on the budget (where r < S). Here the linear rule at the "
@@ -173,6 +255,8 @@ def write(out: dict, out_dir: str) -> None:
               "the fastest fixed batch of results/noise_scale.md (233 s there, in another session; its others took "
               "329-1,078 s). `adaptive`: --lr_scaling=adascale --base_batch=64 --batch_policy=adaptive from K = 1.", ""]
     lines += target_table(parts["target"]) + [""]
+    if k_note(parts["target"]):
+      lines += [k_note(parts["target"]), ""]
     if any(name.startswith("adaptive, first") for name in parts["target"]):
       lines += ["The first controller's rows are the runs before commit 44eb93c: it compared update times of "
                 "K's measured hundreds of updates apart, and on this machine, whose speed drifts during a run, "

@@ -62,3 +62,55 @@ def test_the_report_states_each_part_against_its_target(tmp_path):
   assert "Not run (issue 24): a target the base batch needs several epochs for." in md
   assert json.loads((tmp_path / "adaptive.json").read_text())["parts"].keys() == out["parts"].keys()
   assert (tmp_path / "adaptive.png").stat().st_size > 0
+
+
+def trial(step, k_from, k_to, probe):
+  return {"step": step, "k_from": k_from, "k_to": k_to, "global_from": 64 * k_from, "global_to": 64 * k_to,
+          "probe": probe}
+
+
+def target_run(name, step, changes=None):
+  summary = {"time_to_target_seconds": step / 10, "target_step": step, "steps": step, "images_trained": step * 64}
+  if changes is not None:
+    summary["batch_policy"] = {"k_final": changes[-1]["k_to"] if changes else 1, "changes": changes}
+  return run(name, 0.86, **summary)
+
+
+def test_k_updates_counts_the_updates_above_k_1_before_the_target():
+  adaptive_run = target_run("target-adaptive-s0", 887, [trial(50, 1, 2, True), trial(100, 2, 1, False)])
+  assert adaptive_report.k_updates(adaptive_run) == (50, 887, 1)  # updates at K > 1, updates to it, K there
+  assert adaptive_report.k_updates(target_run("x", 300, [trial(50, 1, 2, True)])) == (250, 300, 2)
+  assert adaptive_report.k_updates(target_run("x", 300, [])) == (0, 300, 1)
+
+
+def test_an_adaptive_run_that_stayed_at_k_1_is_said_not_to_tell_the_controller_apart():
+  # The adaptive runs took fewer updates than the fixed ones, but K was 2 for 50 updates of each:
+  # the report must not credit the controller with them.
+  trials = [trial(50, 1, 2, True), trial(100, 2, 1, False)]
+  parts = {"target": {"fixed": [target_run("target-fixed-s0", 1054), target_run("target-fixed-s1", 1288)],
+                      "adaptive": [target_run("target-adaptive-s0", 887, trials),
+                                   target_run("target-adaptive-s1", 1238, trials)]}}
+  note = adaptive_report.k_note(parts["target"])
+  assert "K was 1 at the target in every seed" in note and "50 of 887 and 50 of 1,238 updates" in note
+  assert "could not tell the controller from the fixed run" in note
+  assert "1,062 against 1,171" in note and "(1,054-1,288)" in note
+  assert "fewer updates" not in "\n".join(adaptive_report.targets(parts))
+  assert any("K stayed 1" in line for line in adaptive_report.targets(parts))
+
+
+def tau_run(name, s, tau):
+  flags = ["--warmup_epochs=0.25", f"--accumulation_steps={s}"]
+  return {**run(name, 0.8, global_batch=64 * s), "flags": flags, "tau": tau}
+
+
+def test_warmups_compare_the_linear_arms_updates_with_adascales_from_tau():
+  # S = 32: 60,000 // 2,048 = 29 updates an epoch, a quarter of it 7; AdaScale's warmup is a
+  # quarter of 29 x 32 = 928 base-batch steps, 232, which tau passes between its logged updates 56 and 60.
+  tau = [[52, 214.1], [56, 226.4], [60, 238.5], [64, 250.1]]
+  budget = {"linear S=32": [tau_run("budget-linear32-s0", 32, [])],
+            "adascale S=32": [tau_run("budget-adascale32-s0", 32, tau), tau_run("budget-adascale32-s1", 32, tau)]}
+  (line,) = adaptive_report.warmups(budget)
+  assert line.startswith("- S = 32: the linear rule warms up in 7 updates (0.25 of its 29 an epoch) to 32x the "
+                         "base LR; AdaScale's warmup, 232 base-batch steps of tau (0.25 of 29 x 32), ended between "
+                         "updates 56 and 60 in every seed")
+  assert adaptive_report.warmups({"linear S=32": budget["linear S=32"]}) == []
