@@ -62,8 +62,8 @@ class Progress:
     self.log_every = log_every
     self.writer = writer
     self.noise = noise  # training/noise_scale.NoiseScale, or None: not measured
-    # --lr_scaling=adascale: () -> (r, S, tau, data epochs) now; the schedule's step is then a
-    # fraction (training/course.py), and the lines come every log_every updates.
+    # --lr_scaling=adascale: () -> (r, S, tau, data epochs) now; the schedule's step is then tau, in
+    # base-batch steps (training/course.py), and the lines come every log_every updates.
     self.adascale = adascale
     self._loss = self._correct = 0.0
     self._count = 0
@@ -100,9 +100,9 @@ class Progress:
       return
     left = max(0.0, self.last_step - step)  # in the schedule's steps
     ada = ""
-    if self.adascale:  # each update moves the schedule r / S of a step: the updates left are more
+    if self.adascale:  # each update moves the schedule's clock (base-batch steps) by r
       r, scale, tau, data_epochs = self.adascale()
-      left *= scale / r
+      left /= r
       ada = f"  r {r:5.2f}  data epoch {data_epochs:6.2f}"
     eta = left * self.global_batch / rate if rate else 0.0
     epoch = step / self.steps_per_epoch

@@ -168,24 +168,26 @@ def train(stop_request: signals.StopRequest):
   def run_stretch(world, config, data, course, train_step):
     """The loop at one batch: its LR schedule, the progress lines, the noise scale's sizes."""
     spe = data.steps_per_epoch
-    schedule = schedules.for_run(config.optim, config.data.global_batch, config.run.epochs, spe)
-    log("%s", schedules.describe(schedule, config.optim.optimizer, config.optim.base_lr, config.data.global_batch))
     gain = None
-    if config.optim.adascale_base:  # the schedule above, at the gain's fraction r / S of it (optimizers/adascale.py)
+    if config.optim.adascale_base:  # the base batch's schedule read at tau, times r (optimizers/adascale.py)
       gain = adascale.Gain(config.optim.base_batch, config.data.global_batch, lambda: noise.b_simple)
-      base = schedules.for_run(config.optim, gain.base_batch, config.run.epochs, spe * gain.scale)
-      log("adascale: the schedule is written for base batch %d (LR peak %.4f, %d warmup and %d steps of it); each "
-          "update's LR is r x it at tau, and tau moves on by r, r from the noise scale between 1 and S = %.2f (now %.2f): "
-          "the schedule above at r / S; --epochs counts base-batch epochs", gain.base_batch, base.peak_lr,
-          base.warmup_steps, base.total_steps, gain.scale, gain())
+      schedule = schedules.for_run(config.optim, gain.base_batch, config.run.epochs, course.per_epoch(spe))
+      log("adascale: the schedule is written for base batch %d (LR peak %.4f, %d warmup and %d steps of it, %d an "
+          "epoch); each update's LR is r x it at tau, and tau moves on by r, r from the noise scale between 1 and "
+          "S = %.2f (now %.2f); --epochs counts base-batch epochs", gain.base_batch, schedule.peak_lr,
+          schedule.warmup_steps, schedule.total_steps, course.per_epoch(spe), gain.scale, gain())
+    else:
+      schedule = schedules.for_run(config.optim, config.data.global_batch, config.run.epochs, spe)
+      log("%s", schedules.describe(schedule, config.optim.optimizer, config.optim.base_lr, config.data.global_batch))
     _, measuring = hooks.Measuring.for_world(noise, world.size, config.data, log, keep=course.keep_noise)
     progress = Progress(world.is_chief, config.data.global_batch, config.data.step_batch, course.nominal_step(spe),
-                        course.last_step(spe), spe, config.run.log_every, writers.get("tb") if world.is_chief else None,
+                        course.last_step(spe), course.per_epoch(spe), config.run.log_every, writers.get("tb") if world.is_chief else None,
                         noise=noise if measuring else None,
                         adascale=gain and (lambda: (gain(), gain.scale, course.position.tau,
                                                     course.position.images / data.info.num_train)))
-    log("training steps %d..%d (%d per epoch, %.1f epochs)", course.nominal_step(spe), course.last_step(spe),
-        spe, course.last_step(spe) / spe)
+    log("training %s %d..%d (%d per epoch, %.1f epochs)", "base-batch steps" if gain else "steps",
+        course.nominal_step(spe), course.last_step(spe), course.per_epoch(spe),
+        course.last_step(spe) / course.per_epoch(spe))
     evaluate = evaluator(data)
     adaptive = config.data.adaptive
     loop = Loop(course, data, step_lib.host_step(train_step), evaluate, save=lambda s: saver.save(s, course.position),

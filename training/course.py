@@ -13,9 +13,12 @@ as epoch 1.0 at global batch 32 and trained 5 epochs for 4. --elastic adds the c
 
 The LR schedule's clock: under the linear rule, the epochs of data trained (in this world's
 steps); under --lr_scaling=adascale, the base-batch steps tau the schedule has counted
-(optimizers/adascale.py), in this world's steps tau x B0 / B. Then --epochs ends the run when
-tau reaches them, and the data's own epochs (evaluations at their ends, the position in the
-files) run on as many as that takes.
+(optimizers/adascale.py), whatever the batch: the schedule is the base batch's, its warmup and
+end in base-batch steps (floor(N / B0) an epoch). Then --epochs ends the run when tau reaches
+them, and the data's own epochs (evaluations at their ends, the position in the files) run on as
+many as that takes. (Read in steps of the current batch, tau x B0 / B of floor(N / B) an epoch, a
+run at S = 32 on Fashion-MNIST ended at tau 928 rather than 937, and the LR jumped ~4% at a
+change of batch, each batch's floor rounding another way.)
 """
 import dataclasses
 import math
@@ -34,11 +37,14 @@ class Course:
   """A run in `world` at data_config's batch, whose Position lives in `holder.position` (a
   TrainingState under --elastic, a plain Held otherwise). readers: the input's reading width,
   kept with each generation so a later world replays the order it read in; base_batch: AdaScale's
-  B0 (0: the linear rule)."""
+  B0 (0: the linear rule), num_train the training split's examples (AdaScale: its clock's epoch is
+  num_train // B0 base-batch steps)."""
 
-  def __init__(self, holder, run: RunConfig, world, data_config, readers: int = 0, base_batch: int = 0):
+  def __init__(self, holder, run: RunConfig, world, data_config, readers: int = 0, base_batch: int = 0,
+               num_train: int = 0):
     self.holder, self.run, self.world, self.data_config, self.readers = holder, run, world, data_config, readers
     self.base_batch = base_batch
+    self.base_spe = max(1, num_train // base_batch) if base_batch else 0
 
   @property
   def position(self):
@@ -66,13 +72,17 @@ class Course:
 
   def nominal_step(self, steps_per_epoch: int) -> float:
     """The LR schedule's and the progress line's step: epochs trained in this world's steps (AdaScale:
-    the schedule's base-batch steps in this world's, a fraction)."""
+    tau, the base-batch steps the schedule has counted, a fraction)."""
     if self.base_batch:
-      return self.holder.position.tau * self.base_batch / self.data_config.global_batch
+      return self.holder.position.tau
     return self.holder.position.epoch * steps_per_epoch + self._steps_into(steps_per_epoch)
 
+  def per_epoch(self, steps_per_epoch: int) -> int:
+    """The schedule's steps in an epoch: this world's (AdaScale: the base batch's, floor(N / B0))."""
+    return self.base_spe if self.base_batch else steps_per_epoch
+
   def epochs(self, steps_per_epoch: int) -> float:
-    return self.nominal_step(steps_per_epoch) / steps_per_epoch
+    return self.nominal_step(steps_per_epoch) / self.per_epoch(steps_per_epoch)
 
   def epoch_now(self, steps_per_epoch: int) -> int:
     """The epoch the next batches come from (epoch_ended moves it on)."""
@@ -83,16 +93,18 @@ class Course:
     return not self._epoch_images()
 
   def last_step(self, steps_per_epoch: int) -> int:
-    """The schedule's step the run ends at, in this world's steps (--max_steps counts updates)."""
-    total = whole(self.run.epochs * steps_per_epoch)
-    if self.run.max_steps:  # AdaScale: a bound (a step moves its clock by at most one of this world's)
-      return min(total, whole(self.nominal_step(steps_per_epoch)) + max(0, self.run.max_steps - self.step))
+    """The schedule's step the run ends at (--max_steps counts updates: AdaScale's bound, a step moves
+    its clock by at most S = B / B0)."""
+    total = whole(self.run.epochs * self.per_epoch(steps_per_epoch))
+    if self.run.max_steps:
+      most = self.data_config.global_batch / self.base_batch if self.base_batch else 1
+      return min(total, whole(self.nominal_step(steps_per_epoch) + most * max(0, self.run.max_steps - self.step)))
     return total
 
   def finished(self, steps_per_epoch: int) -> bool:
     if self.run.max_steps and self.step >= self.run.max_steps:
       return True
-    return self.nominal_step(steps_per_epoch) >= whole(self.run.epochs * steps_per_epoch)
+    return self.nominal_step(steps_per_epoch) >= whole(self.run.epochs * self.per_epoch(steps_per_epoch))
 
   def batches(self, data):
     """(epoch, this rank's batches of what the epoch has left). In one world the step within the
@@ -151,7 +163,8 @@ def epochs_as_trained(position, run: RunConfig, data_config, num_train: int, bas
   trained at then (another world's batch would read a mid-epoch position differently)."""
   batch = position.global_batch or data_config.global_batch
   then = dataclasses.replace(data_config, global_batch=batch)
-  return Course(Held(position), run, None, then, base_batch=base_batch).epochs(max(1, num_train // batch))
+  return Course(Held(position), run, None, then, base_batch=base_batch, num_train=num_train).epochs(
+      max(1, num_train // batch))
 
 
 class Held:
@@ -166,8 +179,8 @@ class Elastic(Course):
   commit_every steps and at each checkpoint."""
 
   def __init__(self, state, commit_every: int, run: RunConfig, world, data_config, readers: int = 0,
-               base_batch: int = 0):
-    super().__init__(state, run, world, data_config, readers, base_batch)
+               base_batch: int = 0, num_train: int = 0):
+    super().__init__(state, run, world, data_config, readers, base_batch, num_train)
     self.state, self.commit_every = state, commit_every
     self.commit_seconds = []  # each commit's time (make faults reports the median)
 

@@ -143,8 +143,7 @@ class Loop:
   a collective), called before every evaluation, save and commit, once a step;
   schedule(step) -> LR; stop_code() -> this rank's stop request (0: none); clock() -> seconds
   since start-up; gain: None (the linear rule) or optimizers/adascale.Gain: each step's LR is
-  r / S x schedule(step) and the course's clock moves on by r (the schedule's step, in this world's
-  steps, by r / S); resize(step) -> another accumulation K, or None (--batch_policy=adaptive: the
+  r x schedule(tau), the base batch's schedule, and the course's clock tau moves on by r; resize(step) -> another accumulation K, or None (--batch_policy=adaptive: the
   stretch ends RESIZED after that step, with nothing saved: the run goes on in this process);
   record(step, record): a completed evaluation's record (rank 0 keeps it beside its checkpoint).
   """
@@ -167,9 +166,10 @@ class Loop:
     self.lr = self._lr()
 
   def _lr(self) -> float:
-    """This step's LR: the schedule at the course's clock, times r / S under AdaScale."""
+    """This step's LR: the schedule at the course's clock, times r under AdaScale (the base batch's
+    schedule read at tau, its warmup's start and its peak scaled alike)."""
     lr = self.schedule(self.course.nominal_step(self.spe))
-    return lr * self.r / self.gain.scale if self.gain else lr
+    return lr * self.r if self.gain else lr
 
   def _tell(self, event: str, *args) -> None:
     for hook in self.hooks:

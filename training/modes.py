@@ -83,7 +83,7 @@ class Fixed:
                                   images=step * config.data.global_batch, step=step)
     self.position = position
     course = course_lib.Course(course_lib.Held(self._for_world(position, config, data)), config.run, self.world,
-                               config.data, base_batch=config.optim.adascale_base)
+                               config.data, base_batch=config.optim.adascale_base, num_train=data.info.num_train)
     spe = data.steps_per_epoch
     where = (f"resumed from {newest} at step {step}: epoch {course.epochs(spe):.2f}, {position.images:,} images "
              "trained")
@@ -96,8 +96,8 @@ class Fixed:
                  "the LR follows the new global batch")
       where += (f"; the global batch was {position.global_batch:,} on {position.ranks} ranks and is "
                 f"{config.data.global_batch:,} on {self.world.size} now: the schedule goes on from epoch "
-                f"{course.epochs(spe):.2f} (step {round(course.nominal_step(spe))} of {course.last_step(spe)} at "
-                f"this batch) and {follows}")
+                f"{course.epochs(spe):.2f} (step {round(course.nominal_step(spe))} of {course.last_step(spe)}"
+                f"{' base-batch steps' if config.optim.adascale_base else ' at this batch'}) and {follows}")
       if course.into_epoch(spe):
         where += "; the epoch's untrained examples are dealt to this world"
     self.log("%s", where)
@@ -122,7 +122,7 @@ class Fixed:
     held = course_lib.Held(self._for_world(self.position, config, data))
     return run_world(self.world, config, data,
                      course_lib.Course(held, config.run, self.world, config.data, getattr(data, "readers", 0),
-                                       config.optim.adascale_base))
+                                       config.optim.adascale_base, data.info.num_train))
 
   def summary_keys(self) -> dict:
     return {}
@@ -198,7 +198,8 @@ class Elastic(Fixed):
       self.world = now  # rank 0 of this world logs and writes
       self._joined(state, now, config_now)
       course = course_lib.Elastic(state, config_now.faults.elastic_commit_every, config_now.run, now,
-                                  config_now.data, getattr(data_now, "readers", 0), config_now.optim.adascale_base)
+                                  config_now.data, getattr(data_now, "readers", 0), config_now.optim.adascale_base,
+                                  data_now.info.num_train)
       try:
         return run_world(now, config_now, data_now, course)
       finally:

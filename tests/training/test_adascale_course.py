@@ -1,7 +1,7 @@
 """--lr_scaling=adascale in the real Loop and Course (fakes for the step and the data, as
-test_loop.py): each step's LR is r / S x the schedule at tau x B0 / B, tau moves by r, the run
-ends when tau has counted --epochs of base-batch steps, the data's epochs run on under it; tau
-and the noise scale's estimates survive a checkpoint's position file."""
+test_loop.py): each step's LR is r x the base batch's schedule at tau, tau moves by r, the run
+ends when tau has counted --epochs of base-batch steps (floor(N / B0) an epoch, whatever the batch),
+the data's epochs run on under it; tau and the noise scale's estimates survive a checkpoint."""
 import types
 
 import pytest
@@ -29,7 +29,7 @@ class AdaRun:
     self.noise, self.nonfinite, self.lrs, self.events = noise, set(nonfinite), [], []
     data_config = types.SimpleNamespace(step_batch=B, global_batch=B)
     self.course = course.Course(course.Held(Position(tau=tau)), types.SimpleNamespace(epochs=epochs, max_steps=max_steps),
-                                ONE, data_config, base_batch=B0)
+                                ONE, data_config, base_batch=B0, num_train=spe * B)
     self.gain = adascale.Gain(B0, B, lambda: self.noise(self.course.step))
     self.loop = Loop(self.course, Data(spe), self.step, self.evaluate, lambda step: True, schedule=lambda s: 0.5 + s,
                      stop_code=lambda: 0, policy=policy, hooks=[Recorder(self.events)], gain=self.gain)
@@ -46,7 +46,7 @@ class AdaRun:
     return self.loop.run(), [e for e in self.events if e[0] in ("save", "eval")]
 
 
-def test_the_lr_is_r_over_s_of_the_schedule_at_tau_and_the_run_ends_when_tau_counted_the_epochs():
+def test_the_lr_is_r_times_the_base_schedule_at_tau_and_the_run_ends_when_tau_counted_the_epochs():
   r = gain_of(40.0)  # 3.69 of S = 8
   run = AdaRun(lambda updates: 40.0, spe=4, epochs=2)
   ending, events = run.run()
@@ -54,12 +54,12 @@ def test_the_lr_is_r_over_s_of_the_schedule_at_tau_and_the_run_ends_when_tau_cou
   updates = 18
   assert (updates - 1) * r < 64 <= updates * r
   assert ending.step == updates and ending.tau == pytest.approx(updates * r) and ending.gain == pytest.approx(r)
-  want = [r / 8 * (0.5 + k * r * B0 / B) for k in range(updates)]
+  want = [r * (0.5 + k * r) for k in range(updates)]
   assert run.lrs == pytest.approx(want, rel=1e-12)
   # The data's epochs (4 steps each) end at 4, 8, 12, 16, each saved and evaluated; the run's end at 18.
   assert events == [(kind, s) for s in (4, 8, 12, 16, 18) for kind in ("save", "eval")]
   assert (ending.status, ending.cause) == (outcome.OK, loop.FINISHED)
-  assert ending.epochs == pytest.approx(updates * r * B0 / B / 4) and ending.images == updates * B
+  assert ending.epochs == pytest.approx(updates * r / 32) and ending.images == updates * B
 
 
 def test_the_gain_is_1_until_the_noise_scale_is_measured_then_follows_it():
@@ -68,7 +68,7 @@ def test_the_gain_is_1_until_the_noise_scale_is_measured_then_follows_it():
   ending, _ = run.run()
   gains = [1.0 if u < 3 else gain_of(10.0 * u) for u in range(8)]
   taus = [sum(gains[:k]) for k in range(8)]  # tau before each update
-  assert run.lrs == pytest.approx([g / 8 * (0.5 + t * B0 / B) for g, t in zip(gains, taus)], rel=1e-12)
+  assert run.lrs == pytest.approx([g * (0.5 + t) for g, t in zip(gains, taus)], rel=1e-12)
   assert ending.tau == pytest.approx(sum(gains)) and ending.step == 8  # --max_steps counts updates
   assert gains[-1] > gains[3] > 1.0
 
@@ -104,11 +104,35 @@ def test_tau_and_the_noise_estimates_survive_the_checkpoint_and_the_run_goes_on_
   noise.update(2.2, 1.1, 32, 64)
   again.update(2.2, 1.1, 32, 64)
   assert again.b_simple == noise.b_simple  # the same next estimate: every rank's gain alike
-  # A run resumed from it reads the schedule at tau = 37.25 (in this world's steps 37.25 x 8 / 64).
+  # A run resumed from it reads the base batch's schedule at tau = 37.25.
   run = AdaRun(lambda u: 40.0, spe=100, epochs=1, max_steps=11, tau=back.tau)
   run.course.holder.position = back
   run.run()
-  assert run.lrs[0] == pytest.approx(gain_of(40.0) / 8 * (0.5 + 37.25 * B0 / B))
+  assert run.lrs[0] == pytest.approx(gain_of(40.0) * (0.5 + 37.25))
+
+
+def test_the_schedule_is_the_base_batchs_whatever_the_batch_and_a_change_of_batch_moves_no_lr():
+  # Fashion-MNIST, B0 = 64, S = 32: read in the batch's own steps (floor(60000 / 2048) = 29 an epoch,
+  # tau x 64 / 2048 of them) the run ended at tau 928 rather than 937, and the LR jumped at a change of
+  # batch (each batch's floor rounds another way). In base-batch steps both are exact.
+  from optimizers import schedules
+  optim = types.SimpleNamespace(base_lr=0.8, warmup_epochs=0.25, warmup_start_lr=0.1, lr_schedule="cosine",
+                                decay_epochs=())
+  ends = []
+  for batch in (64, 2048, 4096):
+    c = course.Course(course.Held(Position(tau=0.0)), types.SimpleNamespace(epochs=1, max_steps=0), ONE,
+                      types.SimpleNamespace(step_batch=batch, global_batch=batch), base_batch=64, num_train=60000)
+    spe = 60000 // batch
+    assert c.per_epoch(spe) == 937 and c.last_step(spe) == 937
+    c.holder.position = Position(tau=936.9)
+    assert not c.finished(spe)
+    c.holder.position = Position(tau=937.0)
+    ends.append(c.finished(spe))
+  assert ends == [True] * 3
+  base = schedules.for_run(optim, 64, 1, 937)  # what train.py reads at tau, times r
+  assert (base.warmup_steps, base.total_steps, base.peak_lr) == (234, 937, 0.8 * 64 / 256)
+  # Nothing in the LR depends on the batch but r: the warmup's start is multiplied by r like the peak.
+  assert base(0) == 0.1
 
 
 def test_a_position_written_before_adascale_reads_as_tau_0_and_no_estimates():

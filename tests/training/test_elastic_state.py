@@ -115,6 +115,9 @@ class Data:
   readers = 1
 
 
+DIGITS_DATA = types.SimpleNamespace(steps_per_epoch=46, readers=1, info=types.SimpleNamespace(num_train=1497))
+
+
 def test_a_run_resumed_on_half_the_ranks_goes_on_at_the_epoch_and_schedule_it_reached(tmp_path):
   # Issue 23: `--epochs=4 --max_steps=46` on 2 ranks (global batch 64, 23 steps an epoch on 1,497
   # digits) stopped at the end of epoch 2; resumed on one rank (global batch 32, 46 steps an epoch)
@@ -130,7 +133,7 @@ def test_a_run_resumed_on_half_the_ranks_goes_on_at_the_epoch_and_schedule_it_re
   mode = modes.Fixed(None, world(1))
   lines = []
   mode.log = lambda fmt, *args: lines.append(fmt % args)
-  data = types.SimpleNamespace(steps_per_epoch=46, readers=1)
+  data = DIGITS_DATA
   mode.restored("D/ckpt-46", 46, p, config, data)
   assert "global batch was 64 on 2 ranks and is 32 on 1 now" in lines[0]
   assert "epoch 2.00, 2,944 images trained" in lines[0] and "step 92 of 184" in lines[0]
@@ -141,8 +144,8 @@ def test_a_run_resumed_on_half_the_ranks_goes_on_at_the_epoch_and_schedule_it_re
 
 
 def test_under_adascale_a_resumed_run_goes_on_at_its_tau_and_says_the_gain_follows_the_batch(tmp_path):
-  # 46 updates at global batch 64 with gains of 1.5 (S = 2 over B0 = 32): tau 69 base-batch steps,
-  # 69 x 32 / 32 = 69 of the one rank's steps (46 an epoch): epoch 1.50 of the schedule.
+  # 46 updates at global batch 64 with gains of 1.5 (S = 2 over B0 = 32): tau 69 base-batch steps
+  # (1,497 // 32 = 46 an epoch): epoch 1.50 of the schedule, whatever this world's batch.
   p = Position()
   for _ in range(46):
     p = p.after_step(2, 32, 64, readers=1, tau=1.5)
@@ -151,9 +154,9 @@ def test_under_adascale_a_resumed_run_goes_on_at_its_tau_and_says_the_gain_follo
   mode = modes.Fixed(None, world(1))
   lines = []
   mode.log = lambda fmt, *args: lines.append(fmt % args)
-  mode.restored("D/ckpt-46", 46, p, config, types.SimpleNamespace(steps_per_epoch=46, readers=1))
+  mode.restored("D/ckpt-46", 46, p, config, DIGITS_DATA)
   assert "epoch 1.50, 2,944 images trained (AdaScale: tau 69.0 base-batch steps)" in lines[0], lines
-  assert "step 69 of 184 at this batch) and AdaScale's gain follows the new global batch" in lines[0], lines
+  assert "step 69 of 184 base-batch steps) and AdaScale's gain follows the new global batch" in lines[0], lines
 
 
 def test_a_run_resumed_mid_epoch_on_another_world_deals_the_rest_of_the_epoch_to_it():
@@ -221,7 +224,8 @@ def test_under_the_adaptive_policy_a_resumed_run_keeps_tau_and_goes_on_near_its_
   mode = modes.Fixed(None, world(2))
   lines = []
   mode.log = lambda fmt, *args: lines.append(fmt % args)
-  mode.restored("D/ckpt-20", 20, p, config, types.SimpleNamespace(steps_per_epoch=23, readers=1))
+  mode.restored("D/ckpt-20", 20, p, config, types.SimpleNamespace(steps_per_epoch=23, readers=1,
+                                                                   info=types.SimpleNamespace(num_train=1497)))
   assert mode.position.tau == 60.0 and mode.position.global_batch == 256
   assert "tau 60.0 base-batch steps" in lines[0] and "goes on near its global batch 256" in lines[0], lines
   assert "the global batch was" not in lines[0]  # it is not changing to the flags' 64
