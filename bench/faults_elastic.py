@@ -111,7 +111,8 @@ def launch_once(hosts: Hosts, model_dir: str, fault: str) -> dict:
         outcome = "hang" if hang(job.stderr(), ended, len(left)) else "failed"
         return {"outcome": outcome, "at": at, "killed": len(killed or []), "exit_status": job.proc.returncode,
                 "processes_left": len(left), "line": str(e).splitlines()[0] if str(e) else type(e).__name__,
-                "user_lines": job.user_lines()[-2:]}
+                "user_lines": job.user_lines()[-2:],
+                "tail": [t for t in job.stderr().splitlines() if t.strip()][-3:]}  # a traceback's last line
   finally:
     shutil.rmtree(model_dir, ignore_errors=True)
   e = summary["elastic"]
@@ -136,7 +137,7 @@ def aggregate(fault: str, runs: list[dict]) -> dict:
          "hangs": len(hangs), "failed": len(failed), "finished": len(finished),
          "exit_status": collections.Counter(r["exit_status"] for r in runs).most_common(1)[0][0] if runs else None,
          "processes_left": max((r["processes_left"] for r in runs), default=0),
-         "failures": [{"launch": i + 1, "outcome": r["outcome"], "line": r["line"], "user_lines": r["user_lines"]}
+         "failures": [{"launch": i + 1, **{k: r.get(k) for k in ("outcome", "line", "user_lines", "tail")}}
                       for i, r in enumerate(runs) if r["outcome"] != "finished"],
          "per_launch": [{k: r.get(k) for k in ("outcome", "at", "seconds_to_training", "steps_lost",
                                                "seconds_to_join", "worlds", "exit_status")} for r in runs]}
