@@ -1,10 +1,11 @@
 """training/goodput.py: the step-time model fitted to update times, goodput against its
-definition, and choose() against a fake step-time model: which K it picks and when it stays."""
+definition; the joint model of K and compression (the prior, the fit, the model); and choose()
+against a fake step-time model: which K it picks and when it stays."""
 import pytest
 
 from optimizers import adascale
 from training import goodput
-from training.goodput import StepTime
+from training.goodput import Model, Prior, StepTime
 from training.noise_scale import NoiseScale
 
 
@@ -43,6 +44,66 @@ def test_seconds_to_is_the_updates_times_the_update():
   t = StepTime(exchange=0.4, micro=0.1)  # K = 4 of 32 on 2 ranks: B = 256, 0.8 s an update
   assert goodput.seconds_to(725.0, 4, t, 400.0, 64, 32, 2) == pytest.approx(
       goodput.updates_to(725.0, 400.0, 64, 256) * 0.8)
+
+
+def timed(micro, **fixed):
+  """A model whose fixed parts were all timed."""
+  return Model(micro, fixed, {c: "timed" for c in fixed})
+
+
+PRIOR = Prior(micro=0.1, exchange={"none": 0.6, "powersgd": 0.3}, overlap=1 / 3, update=0.05)
+
+
+@pytest.mark.parametrize("c, measured, want", [
+    ("none", None, 0.45),                   # the update, and two thirds of the plain exchange
+    ("powersgd", None, 0.35),               # the update, and PowerSGD's whole (it hides nothing)
+    ("powersgd", ("none", 0.5), 0.4),       # a timed h at none: 0.5 - 0.4 exposed + 0.3
+    ("none", ("powersgd", 0.5), 0.6),       # the reverse: 0.5 - 0.3 + 0.4
+    ("powersgd", ("none", 0.1), 0.0),       # never below nothing
+])
+def test_the_prior_prices_what_each_exchange_exposes(c, measured, want):
+  assert PRIOR.fixed(c, measured) == pytest.approx(want)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(micro=0.0, exchange={"none": 0.8}), "takes time"),  # compute priced as free: issue 38's first world
+    (dict(micro=0.1, exchange={"none": 0.8}, overlap=1.5), "overlap"),
+    (dict(micro=0.1, exchange={"fp16": 0.8}), "compressions"),
+])
+def test_a_prior_refuses_what_cannot_be(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    Prior(**kwargs)
+
+
+@pytest.mark.parametrize("times, want", [
+    ({(1, "none"): [0.6, 0.6], (2, "none"): [0.7]}, 0.1),
+    ({(2, "none"): [0.7]}, None),                                   # one K: no slope
+    ({(1, "none"): [0.6], (2, "powersgd"): [0.5]}, None),           # two K's, but each its own intercept
+    ({(1, "none"): [0.6], (2, "none"): [0.7], (2, "powersgd"): [0.45], (4, "powersgd"): [0.65]}, 0.1),
+    # Pooled: slopes 0.1 and 0.2, each weighted by its K's spread over t^2.
+    ({(1, "none"): [0.6], (2, "none"): [0.7], (1, "powersgd"): [0.4], (2, "powersgd"): [0.6]}, 0.16204379562),
+    ({(1, "none"): [0.7], (2, "none"): [0.6]}, None),               # the noise over K's cost: not a fit
+    ({(1, "none"): [0.2], (2, "none"): [0.4], (64, "none"): [6.0]}, 0.096450048),  # fit_step_time's slope
+])
+def test_fit_micro(times, want):
+  got = goodput.fit_micro(times)
+  assert got == (None if want is None else pytest.approx(want))
+
+
+@pytest.mark.parametrize("times, compressions, micro, fixed, how", [
+    ({}, ("none",), None, {"none": 0.45}, {"none": "the prior"}),
+    ({(2, "none"): [0.7, 0.8, 0.7]}, ("none",), None, {"none": 0.5}, {"none": "timed"}),  # median, less 2 x 0.1
+    ({(2, "none"): [0.7]}, ("none",), 0.05, {"none": 0.6}, {"none": "timed"}),           # a fitted micro
+    ({(1, "none"): [0.6], (4, "none"): [0.95]}, ("none",), None, {"none": 0.525}, {"none": "timed"}),
+    ({(1, "none"): [0.05]}, ("none",), None, {"none": 0.0}, {"none": "timed"}),
+    ({(1, "none"): [0.6]}, ("none", "powersgd"), None, {"none": 0.5, "powersgd": 0.4},
+     {"none": "timed", "powersgd": "none's corrected by the prior"}),
+    ({}, ("none", "powersgd"), None, {"none": 0.45, "powersgd": 0.35}, {"none": "the prior", "powersgd": "the prior"}),
+    ({(1, "powersgd"): [0.3]}, ("none",), None, {"none": 0.45}, {"none": "the prior"}),  # not this run's: left out
+])
+def test_step_model(times, compressions, micro, fixed, how):
+  model = goodput.step_model(times, PRIOR, compressions, micro)
+  assert model.micro == (micro or 0.1) and model.fixed == pytest.approx(fixed) and model.how == how
 
 
 EXCHANGE_BOUND = StepTime(exchange=1.0, micro=0.05)  # a slow link: the exchange is most of an update
