@@ -16,12 +16,12 @@ is: a larger B costs time, never a retrace) and c the gradients' compression ('n
 (the forward and backward of K micro-batches, then one exchange at c and one update:
 training/step.py). The planner (bench/plan) predicts with the one-compression form, StepTime,
 fit_step_time and goodput; the batch controller (--batch_policy=adaptive,
-training/batch_control.py) decides with choose(); the joint model (a Prior measured when a world
-begins, fit_micro and step_model from the update times) is what it will decide with.
+training/batch_control.py) decides with the joint one: a Prior measured when a world begins,
+fit_micro and step_model from the update times, and choose().
 
-choose() moves K only when the predicted goodput is better by more than `threshold` (Pollux: 5%),
+choose() moves only when the predicted goodput is better by more than `threshold` (Pollux: 5%),
 for every B_simple in the estimate's own range, so noise in the estimate does not move the batch
-back and forth.
+back and forth; a move back towards the pair it last left needs twice that (BACK, below).
 """
 import dataclasses
 import statistics
@@ -40,6 +40,12 @@ COMPRESSIONS = ("none", "powersgd")
 # of it is taken on the prior, and one that does not is tried first (training/batch_control.py).
 OVERLAP = 1 / 3
 OVERLAP_RANGE = (0.0, 0.5)
+# Going back towards the pair last left needs BACK x the threshold. A move was predicted to gain
+# over the threshold; reversing it says the model or the estimate has since moved by more than that,
+# and a pair of choices within the threshold of each other is decided by the model's error, not by
+# the goodput: each back-and-forth costs two input rebuilds (training/loop's RESIZED) for nothing.
+# The fake clock of issue 38 showed the pattern (K 1 -> 2 -> 4 -> 2 -> 6 -> 3 -> 8 -> 3 ...).
+BACK = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,10 +216,24 @@ def step_model(times: Mapping[tuple[int, str], Sequence[float]], prior: Prior, c
   return Model(micro, fixed, how)
 
 
+def pair_goodput(pair: tuple[int, str], model: Model, b_simple: float | None, base_batch: int, micro_batch: int,
+                 ranks: int) -> float:
+  """goodput at (K, c) on the joint model."""
+  return goodput(pair[0], model.at(pair[1]), b_simple, base_batch, micro_batch, ranks)
+
+
+def backward(pair: tuple[int, str], now: tuple[int, str], left: tuple[int, str] | None) -> bool:
+  """Whether moving from `now` to `pair` goes back towards `left`, the pair the last change left:
+  its c again, or K on left's side of now's."""
+  return left is not None and ((pair[1] == left[1] != now[1]) or (pair[0] - now[0]) * (left[0] - now[0]) > 0)
+
+
 @dataclasses.dataclass(frozen=True)
 class Decision:
-  """The K to train at and why: `gain` the predicted goodput over the current K's (1.0: stay)."""
+  """The pair (K, c) to train at and why: `gain` the predicted goodput over the current pair's
+  (1.0: stay)."""
   k: int
+  c: str
   gain: float
   reason: str
 
@@ -222,28 +242,36 @@ class Decision:
     return self.gain > 1.0
 
 
-def choose(k_now: int, k_max: int, step_time: StepTime, b_simple: float | None,
+def choose(now: tuple[int, str], model: Model, k_range: tuple[int, int], b_simple: float | None,
            b_range: tuple[float, float] | None, base_batch: int, micro_batch: int, ranks: int,
-           threshold: float = THRESHOLD, k_min: int = 1) -> Decision:
-  """The K in k_min..k_max of most goodput at b_simple, if it beats k_now's by more than `threshold`
-  at b_simple and at both ends of b_range (the estimate's spread; None: b_simple alone);
-  otherwise k_now. No estimate yet (b_simple None): r = 1 at every K, which favours the
-  smallest; the controller waits instead (k_now stays)."""
+           threshold: float = THRESHOLD, left: tuple[int, str] | None = None) -> Decision:
+  """The pair of most goodput at b_simple over K in k_range and the model's compressions, if it
+  beats `now` by more than `threshold` at b_simple and at both ends of b_range (the estimate's
+  spread; None: b_simple alone), by BACK x threshold when it goes back towards `left`; otherwise
+  `now`. No estimate yet (b_simple None): r = 1 at every K, which favours the smallest, so K stays
+  and only c is chosen (at one K, r cancels)."""
+  k_now, c_now = now
   if b_simple is None:
-    return Decision(k_now, 1.0, "no noise scale measured yet")
-  points = [b_simple] + [b for b in (b_range or ()) if b and b > 0]
+    pairs, points = [(k_now, c) for c in model.fixed], [None]
+  else:
+    pairs = [(k, c) for c in model.fixed for k in range(k_range[0], k_range[1] + 1)]
+    points = [b_simple] + [b for b in (b_range or ()) if b and b > 0]
+  where = "no noise scale measured yet" if b_simple is None else f"B_simple {b_simple:.0f}"
 
-  def ratio(k: int, b: float) -> float:
-    return (goodput(k, step_time, b, base_batch, micro_batch, ranks) /
-            goodput(k_now, step_time, b, base_batch, micro_batch, ranks))
+  def ratio(pair, b):
+    return (pair_goodput(pair, model, b, base_batch, micro_batch, ranks) /
+            pair_goodput(now, model, b, base_batch, micro_batch, ranks))
 
-  best = max(range(k_min, k_max + 1), key=lambda k: goodput(k, step_time, b_simple, base_batch, micro_batch, ranks))
-  if best == k_now:
-    return Decision(k_now, 1.0, f"K={k_now} is the best at B_simple {b_simple:.0f}")
+  best = max(pairs, key=lambda p: ratio(p, b_simple))
+  if ratio(best, b_simple) <= 1.0:
+    return Decision(k_now, c_now, 1.0, f"K={k_now} {c_now} is the best at {where}")
+  bar = threshold * (BACK if backward(best, now, left) else 1)
+  back = f" back towards K={left[0]} {left[1]}" if backward(best, now, left) else ""
   worst = min(ratio(best, b) for b in points)
-  if worst <= 1 + threshold:
-    return Decision(k_now, 1.0, f"K={best} would gain {ratio(best, b_simple) - 1:.1%} at B_simple {b_simple:.0f}, "
-                    f"{worst - 1:.1%} at the estimate's worst; under the {threshold:.0%} that moves it")
-  return Decision(best, ratio(best, b_simple),
-                  f"B_simple {b_simple:.0f} (range {min(points):.0f}-{max(points):.0f}): predicted "
-                  f"{ratio(best, b_simple) - 1:+.1%} base-batch steps a second, at least {worst - 1:+.1%}")
+  if worst <= 1 + bar:
+    return Decision(k_now, c_now, 1.0, f"K={best[0]} {best[1]} would gain {ratio(best, b_simple) - 1:.1%} at {where}, "
+                    f"{worst - 1:.1%} at the estimate's worst; under the {bar:.0%} that moves it{back}")
+  spread = "" if b_simple is None else f" (range {min(points):.0f}-{max(points):.0f})"
+  return Decision(*best, ratio(best, b_simple),
+                  f"{where}{spread}: predicted {ratio(best, b_simple) - 1:+.1%} base-batch steps a second, "
+                  f"at least {worst - 1:+.1%}" + (f", over the {bar:.0%} that moves it{back}" if back else ""))

@@ -1,6 +1,6 @@
 """training/goodput.py: the step-time model fitted to update times, goodput against its
-definition; the joint model of K and compression (the prior, the fit, the model); and choose()
-against a fake step-time model: which K it picks and when it stays."""
+definition; the joint model of K and compression (the prior, the fit, the model) and choose()
+against fake models: which pair it picks, when it stays, and when it will not go back."""
 import pytest
 
 from optimizers import adascale
@@ -106,36 +106,56 @@ def test_step_model(times, compressions, micro, fixed, how):
   assert model.micro == (micro or 0.1) and model.fixed == pytest.approx(fixed) and model.how == how
 
 
-EXCHANGE_BOUND = StepTime(exchange=1.0, micro=0.05)  # a slow link: the exchange is most of an update
-COMPUTE_BOUND = StepTime(exchange=0.01, micro=0.2)
+EXCHANGE_BOUND = timed(0.05, none=1.0)  # a slow link: the exchange is most of an update
+COMPUTE_BOUND = timed(0.2, none=0.01)
 
 
-@pytest.mark.parametrize("k_now, step_time, b_simple, b_range, want_k", [
-    (1, EXCHANGE_BOUND, None, None, 1),            # nothing measured: stay
-    (1, EXCHANGE_BOUND, 1e6, None, 8),             # all noise: r = S, and the exchange is shared by more images
-    (8, COMPUTE_BOUND, 1.0, None, 1),              # all signal: r ~ 1 whatever K, the smallest update is best
-    (1, COMPUTE_BOUND, 400.0, None, 1),            # on compute r / S falls faster than the update time grows
-    (1, EXCHANGE_BOUND, 1e6, (10.0, 1e7), 1),      # best at the estimate, not at its low end: stay
+@pytest.mark.parametrize("now, model, b_simple, b_range, want", [
+    ((1, "none"), EXCHANGE_BOUND, None, None, (1, "none")),     # nothing measured: stay
+    ((1, "none"), EXCHANGE_BOUND, 1e6, None, (8, "none")),      # all noise: r = S, and the exchange is shared by more images
+    ((8, "none"), COMPUTE_BOUND, 1.0, None, (1, "none")),       # all signal: r ~ 1 whatever K, the smallest update is best
+    ((1, "none"), COMPUTE_BOUND, 400.0, None, (1, "none")),     # on compute r / S falls faster than the update time grows
+    ((1, "none"), EXCHANGE_BOUND, 1e6, (10.0, 1e7), (1, "none")),  # best at the estimate, not at its low end: stay
+    # Two compressions: a slow link's plain exchange against PowerSGD's.
+    ((1, "none"), timed(0.05, none=1.0, powersgd=0.2), 1e6, None, (8, "powersgd")),
+    ((1, "none"), timed(0.05, none=1.0, powersgd=0.2), None, None, (1, "powersgd")),  # no estimate: c alone, at K
+    ((4, "powersgd"), timed(0.05, none=0.1, powersgd=0.3), None, None, (4, "none")),
+    ((4, "none"), timed(0.05, none=0.3, powersgd=0.29), None, None, (4, "none")),   # 2%: under the threshold
 ])
-def test_choose(k_now, step_time, b_simple, b_range, want_k):
-  decision = goodput.choose(k_now, 8, step_time, b_simple, b_range, base_batch=32, micro_batch=32, ranks=2)
-  assert decision.k == want_k, decision
-  assert decision.changes == (want_k != k_now) and decision.reason
+def test_choose(now, model, b_simple, b_range, want):
+  decision = goodput.choose(now, model, (1, 8), b_simple, b_range, base_batch=32, micro_batch=32, ranks=2)
+  assert (decision.k, decision.c) == want, decision
+  assert decision.changes == (want != now) and decision.reason
   if decision.changes:
-    ratio = (goodput.goodput(want_k, step_time, b_simple, 32, 32, 2) /
-             goodput.goodput(k_now, step_time, b_simple, 32, 32, 2))
+    ratio = (goodput.pair_goodput(want, model, b_simple, 32, 32, 2) / goodput.pair_goodput(now, model, b_simple, 32, 32, 2))
     assert decision.gain == pytest.approx(ratio) and ratio > 1.05
 
 
 def test_choose_moves_only_past_the_threshold():
   # K = 2 is 4% better than K = 1 here: under Pollux's 5% nothing moves, at 3% it does.
-  t = StepTime(exchange=0.3, micro=0.1)
+  t = timed(0.1, none=0.3)
   b = 27.4
-  ratio = goodput.goodput(2, t, b, 32, 32, 1) / goodput.goodput(1, t, b, 32, 32, 1)
-  best = max(range(1, 3), key=lambda k: goodput.goodput(k, t, b, 32, 32, 1))
-  assert best == 2 and 1.03 < ratio < 1.05, ratio
-  assert goodput.choose(1, 2, t, b, None, 32, 32, 1).k == 1
-  assert goodput.choose(1, 2, t, b, None, 32, 32, 1, threshold=0.03).k == 2
+  ratio = goodput.pair_goodput((2, "none"), t, b, 32, 32, 1) / goodput.pair_goodput((1, "none"), t, b, 32, 32, 1)
+  assert 1.03 < ratio < 1.05, ratio
+  assert goodput.choose((1, "none"), t, (1, 2), b, None, 32, 32, 1).k == 1
+  assert goodput.choose((1, "none"), t, (1, 2), b, None, 32, 32, 1, threshold=0.03).k == 2
+
+
+@pytest.mark.parametrize("now, left, model, b_simple, want", [
+    # K = 2 is 7.8% better than K = 1 at B_simple 34 (t = 0.3 + 0.1 K): over the 5% of a first move,
+    ((1, "none"), None, timed(0.1, none=0.3), 34.0, (2, "none")),
+    ((1, "none"), (1, "powersgd"), timed(0.1, none=0.3), 34.0, (2, "none")),  # the last change moved c alone
+    ((1, "none"), (2, "none"), timed(0.1, none=0.3), 34.0, (1, "none")),   # under the 10% that takes it back
+    ((1, "none"), (2, "none"), timed(0.1, none=0.3), 45.0, (2, "none")),   # 13%: back it goes
+    # none is 7.5% faster than PowerSGD at K = 1 (0.4 s against 0.43 s): back to a c left needs 10% too.
+    ((1, "powersgd"), None, timed(0.1, none=0.3, powersgd=0.33), None, (1, "none")),
+    ((1, "powersgd"), (1, "none"), timed(0.1, none=0.3, powersgd=0.33), None, (1, "powersgd")),
+])
+def test_a_move_back_towards_the_pair_left_needs_twice_the_threshold(now, left, model, b_simple, want):
+  decision = goodput.choose(now, model, (1, 2), b_simple, None, 32, 32, 1, left=left)
+  assert (decision.k, decision.c) == want, decision
+  if want == now:
+    assert "under the 10% that moves it back towards" in decision.reason
 
 
 def test_the_noise_scale_range_holds_the_estimate_and_narrows_with_steps():
