@@ -25,9 +25,13 @@ bytes travel whole in the first allreduce and keep no state: their residual woul
 gradient minus the mean, which averages to zero over ranks and so changes no update.
 
 A mask (--compression=auto, comm/compression_choice.py) compresses only some of the planned
-matrices; the others travel whole in the first allreduce, as vectors do. Their Qs and residuals are
-still kept, untouched: the state is the plan's whatever the mask, so a run resumed with another
-choice (timings vary between start-ups) restores the checkpoint all the same.
+matrices; the others travel whole in the first allreduce, as vectors do. Every planned matrix
+keeps its state (Q, residual) whatever the mask, so a run resumed with another choice restores
+the checkpoint all the same, and the mask may change between worlds (--elastic with auto chooses
+again in each: set_mask). A planned matrix sent whole sends its residual with it and keeps none
+(gradient + residual, the residual then zero): nothing error feedback held back is lost when a
+matrix stops being compressed, nor when the step sends every gradient whole (flushed: the plain
+exchange the batch controller may choose instead, training/step.py).
 
 The step is split from its state update (PowerSGD.__call__ returns the update, apply assigns
 it) because the finite verdict of an fp16 step is taken on the exchanged gradients this module
@@ -39,8 +43,9 @@ import math
 
 import tensorflow as tf
 
-# One step's new state, per compressed gradient in gradient order: qs, the averaged Q (m, r);
-# residuals, this rank's M minus the update (n, m), empty without error feedback. Both fp32.
+# One step's new state, per planned matrix in gradient order: qs, the averaged Q (m, r) (kept where
+# it was not compressed); residuals, this rank's M minus the update (n, m) (zero where the matrix
+# was sent whole), empty without error feedback. Both fp32.
 Update = collections.namedtuple("Update", "qs residuals")
 
 
@@ -125,17 +130,22 @@ class PowerSGD(tf.Module):
     self.planned = tuple(plan(shapes, rank, min_ratio))
     if mask is not None and len(mask) != len(self.planned):
       raise ValueError(f"PowerSGD's mask has {len(mask)} entries for {len(self.planned)} gradients.")
-    keep = [True] * len(self.planned) if mask is None else mask
-    self.views = tuple(view if k else None for view, k in zip(self.planned, keep))
     planned = [(i, view) for i, view in enumerate(self.planned) if view]
     with self.name_scope:
       self.qs = [tf.Variable(tf.random.stateless_normal((m, rank), seed=(seed, i)), trainable=False, name=f"q_{i}")
                  for i, (n, m) in planned]
       self.residuals = [tf.Variable(tf.zeros((n, m)), trainable=False, name=f"residual_{i}")
                         for i, (n, m) in planned if error_feedback]
-    # Per compressed gradient in gradient order, its place in qs (and residuals).
-    slot = {i: s for s, (i, _) in enumerate(planned)}
-    self._slots = [slot[i] for i, view in enumerate(self.views) if view]
+    self._planned_at = [i for i, _ in planned]  # slot -> gradient index
+    self.set_mask(mask)
+
+  def set_mask(self, mask=None) -> None:
+    """Compress only where mask (per gradient) is true and the plan can (None: every planned
+    matrix). Before the step is traced: the views are read when it is."""
+    if mask is not None and len(mask) != len(self.planned):
+      raise ValueError(f"PowerSGD's mask has {len(mask)} entries for {len(self.planned)} gradients.")
+    keep = [True] * len(self.planned) if mask is None else mask
+    self.views = tuple(view if k else None for view, k in zip(self.planned, keep))
 
   def __call__(self, grads, allreduce_mean):
     """One step. allreduce_mean(list of tensors) -> their means over ranks is called twice: the
@@ -152,14 +162,13 @@ class PowerSGD(tf.Module):
     the whole payload at once."""
     if len(grads) != len(self.views):
       raise ValueError(f"PowerSGD was planned for {len(self.views)} gradients, got {len(grads)}.")
-    slots = iter(self._slots)
     ms, payload = [], []
-    for g, view in zip(grads, self.views):
+    for i, (g, view) in enumerate(zip(grads, self.views)):
       if view is None:
         ms.append(None)
-        payload.append(g)
+        payload.append(self._with_residual(i, g))  # planned but sent whole: its residual goes with it
         continue
-      slot = next(slots)
+      slot = self._planned_at.index(i)
       m = tf.reshape(tf.cast(g, tf.float32), view)
       if self.error_feedback:
         m += self.residuals[slot]
@@ -186,32 +195,54 @@ class PowerSGD(tf.Module):
     P^ Q^T in its own shape and dtype, each dense one its mean from `first`. Nothing is assigned:
     pass the Update to apply once the step is known to be taken."""
     second = iter(second)
-    out, qs, residuals = [], [], []
-    for g, m, p, mean in zip(grads, ms, ps, first):
+    out, new = [], {}
+    for i, (g, m, p, mean) in enumerate(zip(grads, ms, ps, first)):
       if m is None:
         out.append(mean)
         continue
       q = tf.cast(next(second), tf.float32)
       approx = tf.matmul(p, q, transpose_b=True)
       out.append(tf.cast(tf.reshape(approx, g.shape), g.dtype))
+      new[i] = (q, m - approx)
+    return out, self._update(new)
+
+  def _with_residual(self, i: int, g, scale=None):
+    """Gradient i with its residual added (a planned matrix sent whole; scale: the fp16 loss scale
+    of g, whose residual is kept unscaled), or g as it is."""
+    if i not in self._planned_at or not self.error_feedback:
+      return g
+    residual = tf.reshape(self.residuals[self._planned_at.index(i)], g.shape)
+    if scale is not None:
+      residual *= tf.cast(scale, tf.float32)
+    return tf.cast(tf.cast(g, tf.float32) + residual, g.dtype)
+
+  def flushed(self, grads, scale=None):
+    """Every gradient to send whole, each planned matrix's residual added (the plain exchange's
+    branch, training/step.py; scale: the gradients' fp16 loss scale), and the Update that keeps
+    the Qs and zeroes the residuals sent."""
+    return [self._with_residual(i, g, scale) for i, g in enumerate(grads)], self._update({})
+
+  def _update(self, new: dict) -> Update:
+    """An Update of every planned matrix: new[i] = (Q, residual) for those compressed this step,
+    the kept Q and a zero residual (sent whole with its gradient) for the others."""
+    qs, residuals = [], []
+    for slot, i in enumerate(self._planned_at):
+      q, residual = new.get(i, (self.qs[slot].read_value(), tf.zeros(self.planned[i])))
       qs.append(q)
-      if self.error_feedback:
-        residuals.append(m - approx)
-    return out, Update(qs, residuals)
+      residuals.append(residual)
+    return Update(qs, residuals if self.error_feedback else [])
 
   def state(self) -> Update:
-    """The kept Qs and residuals as an Update: what a step that did not compress hands on (the
-    plain exchange's branch before --compression_start, training/step.py)."""
-    return Update([self.qs[s].read_value() for s in self._slots],
-                  [self.residuals[s].read_value() for s in self._slots if self.error_feedback])
+    """The kept Qs and residuals as an Update."""
+    return Update([q.read_value() for q in self.qs], [r.read_value() for r in self.residuals])
 
   def apply(self, update: Update) -> None:
     """Keep a taken step's Qs (warm start) and residuals; call it only for a step the optimizer
     applied (under the same tf.cond), so a skipped step leaves the state as it was."""
-    for slot, value in zip(self._slots, update.qs):
-      self.qs[slot].assign(value)
-    for slot, value in zip(self._slots, update.residuals):
-      self.residuals[slot].assign(value)
+    for q, value in zip(self.qs, update.qs):
+      q.assign(value)
+    for residual, value in zip(self.residuals, update.residuals):
+      residual.assign(value)
 
   def average_residuals(self, allreduce_mean) -> None:
     """Set every residual to its mean over ranks (a collective: every rank calls it), so every

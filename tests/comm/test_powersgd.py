@@ -284,7 +284,7 @@ def test_checkpoint_round_trip(tmp_path):
     np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
-def test_a_mask_sends_the_matrices_it_leaves_out_whole_and_keeps_their_state_untouched():
+def test_a_mask_sends_the_matrices_it_leaves_out_whole_and_keeps_their_q():
   # --compression=auto's choice: of the two planned matrices only the second is compressed.
   rng = np.random.default_rng(11)
   replicas = _replicas(3, SHAPES, rank=2, mask=(False, True, True))
@@ -294,15 +294,45 @@ def test_a_mask_sends_the_matrices_it_leaves_out_whole_and_keeps_their_state_unt
   grads = _grads(rng, 3, SHAPES)
   for r, (out, update) in zip(replicas, _step(replicas, grads)):
     np.testing.assert_allclose(out[0].numpy(), np.mean([g[0] for g in grads], 0), rtol=1e-6, atol=1e-6)  # whole
-    assert len(update.qs) == len(update.residuals) == 1
+    assert len(update.qs) == len(update.residuals) == 2  # every planned matrix's state
     r.apply(update)
   for r, before in zip(replicas, start):
     (q0, q2), (e0, e2) = r.qs, r.residuals
-    np.testing.assert_array_equal(q0.numpy(), before[0])  # the matrix sent whole: its Q and residual as they were
-    np.testing.assert_array_equal(e0.numpy(), before[2])
+    np.testing.assert_array_equal(q0.numpy(), before[0])  # the matrix sent whole: its Q as it was, no residual
+    assert not e0.numpy().any()
     assert not np.array_equal(q2.numpy(), before[1]) and np.abs(e2.numpy()).max() > 0
   with pytest.raises(ValueError, match="mask has 2 entries for 3 gradients"):
     PowerSGD(SHAPES, rank=2, mask=(True, True))
+
+
+def test_a_matrix_no_longer_compressed_sends_its_residual_with_it_and_keeps_none():
+  # --elastic with auto chooses again in each world, and the batch controller may choose the plain
+  # exchange: what error feedback held back goes out with the next whole gradient, nothing lost.
+  rng = np.random.default_rng(13)
+  replicas = _replicas(2, SHAPES, rank=2)
+  grads = _grads(rng, 2, SHAPES)
+  for r, (_, update) in zip(replicas, _step(replicas, grads)):
+    r.apply(update)
+  residuals = [r.residuals[0].numpy().copy() for r in replicas]
+  assert all(np.abs(e).max() > 0 for e in residuals)
+  grads = _grads(rng, 2, SHAPES)
+  for r in replicas:
+    r.set_mask((False, False, True))
+  for r, (out, update) in zip(replicas, _step(replicas, grads)):
+    whole = np.mean([np.reshape(g[0], (36, 16)) + e for g, e in zip(grads, residuals)], 0)
+    np.testing.assert_allclose(np.reshape(out[0].numpy(), (36, 16)), whole, rtol=1e-5, atol=1e-5)
+    r.apply(update)
+    assert not r.residuals[0].numpy().any()
+  # The plain exchange's branch (training/step.py): every residual goes with its gradient, at the loss scale.
+  r = replicas[0]
+  kept = r.residuals[1].numpy().copy()
+  g = [tf.constant(x) for x in _grads(rng, 1, SHAPES)[0]]
+  sent, update = r.flushed(g, scale=tf.constant(4.0))
+  np.testing.assert_allclose(np.reshape(sent[2].numpy(), (20, 12)), np.reshape(g[2].numpy(), (20, 12)) + 4 * kept,
+                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(sent[1].numpy(), g[1].numpy())  # a vector: as it was
+  r.apply(update)
+  assert not any(e.numpy().any() for e in r.residuals)
 
 
 def test_a_checkpoint_restores_under_another_mask(tmp_path):
