@@ -27,8 +27,13 @@ time bound measured them all), so the choice's prediction is never above either 
 a fast link it sends everything whole, on a slow one it compresses the matrices whose bytes cost
 more than their encoding.
 
-What the prediction leaves out: overlap with backprop (the exchange is priced alone, as
-training/step.time_exchange times it) and the encoding competing with the collectives for cores.
+Overlap with backprop: the plain exchange's buckets start while backprop still runs and hide
+part of their time behind it (docs/communication.md measured a third to a half), PowerSGD's
+calls start after the last gradient (its P needs every gradient's M) and hide none. So the plain
+exchange is charged (1 - overlap) of its price, overlap a prior (OVERLAP) that the batch
+controller replaces by the run's own update times (training/goodput.py); priced alone, auto
+chose PowerSGD in every launch measured, on links where sending everything whole was as fast.
+Left out: the encoding competing with the collectives for cores.
 Pure: the same inputs give the same choice, so ranks that hold the same model and times (both
 agreed over ranks first, comm/exchange.make_compression) make the same one.
 """
@@ -42,6 +47,7 @@ from comm import fusion
 
 # price(nbytes, tensors) -> seconds of one bucket of nbytes in `tensors` tensors (cost_model.bucket_time).
 Price = Callable[[int, int], float]
+OVERLAP = 1 / 3  # the fraction of the plain exchange hidden behind backprop: the low end measured (module docstring)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,17 +85,25 @@ class Choice:
   every: Option | None
   planned: int
   rank: int
+  overlap: float = 0.0  # of the plain exchange, hidden behind backprop (module docstring)
+
+  @property
+  def plain_visible(self) -> float:
+    """Seconds of the plain exchange left after the part that hides behind backprop."""
+    return self.plain.seconds * (1 - self.overlap)
 
   @property
   def chosen(self) -> Option:
-    """best if predicted faster than plain, else plain (a tie sends whole: no state, no second call)."""
-    if self.best is not None and self.best.seconds < self.plain.seconds:
+    """best if predicted faster than the plain exchange's visible part, else plain (a tie sends whole:
+    no state, no second call)."""
+    if self.best is not None and self.best.seconds < self.plain_visible:
       return self.best
     return self.plain
 
   def describe(self) -> str:
     """What was chosen and why, predicted per step, for the start-up line."""
-    whole = f"{self.plain.nbytes / fusion.MB:.2f} MB whole in {self.plain.seconds * 1e3:.1f} ms"
+    hidden = f" ({self.plain_visible * 1e3:.1f} ms past backprop)" if self.overlap else ""
+    whole = f"{self.plain.nbytes / fusion.MB:.2f} MB whole in {self.plain.seconds * 1e3:.1f} ms{hidden}"
     if self.every is None:
       return f"every gradient whole: {whole}; no matrix to compress at rank {self.rank}"
     every = f"all {self.every.layers}" + ("" if self.every.layers == self.planned else f" measured of {self.planned}")
@@ -106,7 +120,7 @@ class Choice:
   def summary(self) -> dict:
     """summary.json's view: per way to send (uncompressed, as chosen, every measured matrix
     compressed) the matrices compressed, the bytes one rank sends per step and the predicted ms."""
-    return {"chose": "none" if self.chosen is self.plain else "powersgd", "rank": self.rank,
+    return {"chose": "none" if self.chosen is self.plain else "powersgd", "rank": self.rank, "overlap": self.overlap,
             "layers_compressed": self.chosen.layers, "layers_planned": self.planned, "gradients": len(self.plain.mask),
             "uncompressed": _summary(self.plain), "chosen": _summary(self.chosen), "all_measured": _summary(self.every)}
 
@@ -126,14 +140,15 @@ def call_seconds(tensors: Sequence[tuple[int, str]], price: Price, threshold: in
 
 
 def choose(shapes, views, rank: int, encode_s: Sequence[float], price: Price, threshold: int,
-           dtype: str = "float32", wire: str = "float32") -> Choice:
+           dtype: str = "float32", wire: str = "float32", overlap: float = 0.0) -> Choice:
   """The Choice for gradients of `shapes` (module docstring's model).
 
   views: comm/powersgd.plan(shapes, rank), per gradient its (n, m) or None (never compressed);
   encode_s: per gradient the seconds of its encode + decode on the slowest rank (inf: not
   measured, never compressed; ignored where views is None); price: seconds of one bucket;
   threshold: the fusion threshold in bytes; dtype: the dtype a gradient travels in whole (on the
-  wire: float32 for float32 and bfloat16 gradients); wire: P's and Q's (--powersgd_wire).
+  wire: float32 for float32 and bfloat16 gradients); wire: P's and Q's (--powersgd_wire); overlap:
+  the fraction of the plain exchange hidden behind backprop (make_compression passes OVERLAP).
   """
   sizes = [math.prod(int(d) for d in shape) for shape in shapes]
 
@@ -151,7 +166,7 @@ def choose(shapes, views, rank: int, encode_s: Sequence[float], price: Price, th
   planned = sum(view is not None for view in views)
   candidates = [i for i, view in enumerate(views) if view is not None and math.isfinite(encode_s[i])]
   if not candidates:
-    return Choice(plain, None, None, planned, rank)
+    return Choice(plain, None, None, planned, rank, overlap)
   itemsize, wire_itemsize = tf.as_dtype(dtype).size, tf.as_dtype(wire).size
   # beta at the scale of the exchange's buffers: only the ranking needs it.
   span = max(1, min(threshold, plain.nbytes) if threshold > 0 else plain.nbytes)
@@ -165,4 +180,4 @@ def choose(shapes, views, rank: int, encode_s: Sequence[float], price: Price, th
   for k in range(1, len(ranked) + 1):
     chosen = set(ranked[:k])
     options.append(option(tuple(i in chosen for i in range(len(sizes)))))
-  return Choice(plain, min(options, key=lambda o: o.seconds), options[-1], planned, rank)  # min: the fewest layers
+  return Choice(plain, min(options, key=lambda o: o.seconds), options[-1], planned, rank, overlap)  # min: fewest

@@ -211,56 +211,69 @@ def fusion_bytes(config: CommConfig) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Compression:
-  """What --compression settled on at start-up. config: the exchange's settings (auto that
-  compresses nothing: exactly --compression=none's); powersgd: PowerSGD's state (None: no
-  compression step, no state); cost: the CostModel auto priced with (None otherwise), for
-  make_gradient_exchange to reuse; summary: summary.json's `compression` entry."""
+  """What --compression settled on. config: the exchange's settings as given; powersgd: PowerSGD's
+  state (None under none and fp16); compress: whether steps compress from --compression_start on
+  (powersgd: yes; auto: its choice, which the batch controller may revise from the run's own update
+  times); cost: the CostModel auto priced with (None otherwise), for make_gradient_exchange to
+  reuse; summary: summary.json's `compression` entry."""
   config: CommConfig
   powersgd: "powersgd.PowerSGD | None"
   cost: "cost_model.CostModel | None"
   summary: dict
+  compress: bool = False
 
 
-def make_compression(hvd, config: CommConfig, world: World, variables, seed: int, log=None) -> Compression:
-  """The compression of this job. powersgd and the others as given; auto prices each planned
-  matrix both ways (comm/compression_choice.py) by cost_of's model and encode times measured here
-  (a few seconds at most, probe.encode_seconds), logs one line with what it chose and why, and
-  runs PowerSGD over the chosen matrices or, if none pays, is exactly --compression=none. Unlike
-  powersgd, the gradients auto sends whole keep their own dtype (CommConfig.wire), as under none:
-  --powersgd_wire is P's and Q's only, so the choice is PowerSGD's alone, not fp16's.
-
-  Collectives on every rank under auto: the probe, and one allreduce (Max) of the encode times,
-  which differ between ranks; the choice is then made from values every rank holds alike, so
-  every rank enters the same collectives in each step."""
+def make_compression(hvd, config: CommConfig, world: World, variables, seed: int, log=None,
+                     encode_seconds=None) -> Compression:
+  """The compression of this job. powersgd and the others as given; under auto, PowerSGD's state for
+  every matrix its plan allows (so a later choice, another world's or the batch controller's, has
+  it) and the choice of choose_auto. encode_seconds: choose_auto's (tests)."""
+  compressor = make_powersgd(config, variables, seed, log if config.compression == "powersgd" else None)
   if config.compression != "auto":
-    compressor = make_powersgd(config, variables, seed, log)
     entry = {"kind": config.compression}
     if compressor is not None:
       sent = powersgd.wire_bytes([v.shape for v in variables], compressor.views, config.powersgd_rank,
                                  compressor.wire.size)
       entry.update(rank=config.powersgd_rank, layers_compressed=sum(v is not None for v in compressor.views),
                    bytes_per_step={"uncompressed": sent.uncompressed, "compressed": sent.compressed})
-    return Compression(config, compressor, None, entry)
+    return Compression(config, compressor, None, entry, compress=compressor is not None)
+  return choose_auto(Compression(config, compressor, None, {}), hvd, world, variables, log, encode_seconds)
+
+
+def choose_auto(compression: Compression, hvd, world: World, variables, log=None, encode_seconds=None) -> Compression:
+  """--compression=auto's choice for this world (at start-up, and again in each world of an elastic
+  run: the links, the ranks and so the prices change): prices each planned matrix both ways
+  (comm/compression_choice.py) by cost_of's model and encode times measured here (a few seconds at
+  most, probe.encode_seconds; encode_seconds: given instead, e.g. by a test whose verdict must not
+  depend on the machine's speed), logs one line with what it chose and why, and sets PowerSGD's mask
+  to the cheapest set of matrices to compress (the plan's every matrix if none can be). Unlike
+  powersgd, the gradients auto sends whole keep their own dtype (CommConfig.wire), as under none:
+  --powersgd_wire is P's and Q's only, so the choice is PowerSGD's alone, not fp16's.
+
+  Collectives on every rank: the probe, and one allreduce (Max) of the encode times, which differ
+  between ranks; the choice is then made from values every rank holds alike, so every rank enters
+  the same collectives in each step."""
+  config, compressor = compression.config, compression.powersgd
   shapes = [v.shape for v in variables]
-  wire = wire_dtype(tf.float32, config.powersgd_wire)  # P and Q, whatever the gradients' dtype
-  views = powersgd.plan(shapes, config.powersgd_rank)
   model = cost_of(hvd, config, world)
-  own = probe.encode_seconds(views, config.powersgd_rank, wire, config.powersgd_error_feedback)
-  # Horovod: the slowest rank's times, so every rank chooses alike (inf, unmeasured somewhere, stays inf).
-  agreed = hvd.allreduce(tf.constant(own, tf.float64), op=hvd.Max, name="auto_encode_seconds").numpy().tolist()
+  if encode_seconds is None:
+    own = probe.encode_seconds(compressor.planned, config.powersgd_rank, compressor.wire,
+                               config.powersgd_error_feedback)
+    # Horovod: the slowest rank's times, so every rank chooses alike (inf, unmeasured somewhere, stays inf).
+    encode_seconds = hvd.allreduce(tf.constant(own, tf.float64), op=hvd.Max, name="auto_encode_seconds").numpy().tolist()
   dtype = wire_dtype(tf.as_dtype(variables[0].dtype), "none").name if variables else "float32"
   choice = compression_choice.choose(
-      shapes, views, config.powersgd_rank, agreed, threshold=fusion_bytes(config), dtype=dtype, wire=wire.name,
+      shapes, compressor.planned, config.powersgd_rank, encode_seconds, threshold=fusion_bytes(config), dtype=dtype,
+      wire=compressor.wire.name, overlap=compression_choice.OVERLAP,
       price=lambda nbytes, tensors: cost_model.bucket_time(model, world, config.allreduce, nbytes, tensors))
-  chosen = choice.chosen
+  compress = choice.chosen is not choice.plain
+  compressor.set_mask(choice.best.mask if choice.best is not None else None)
   if log:
     log("compression auto (%s over %d ranks, %s: %s): %s%s", config.allreduce, world.size,
         "--hybrid_cost" if config.hybrid_cost != "probe" else "probed", describe_model(model, world),
-        choice.describe(), f"; from step {config.compression_start}" if chosen.layers else "")
-  entry = {"kind": "auto", "wire": wire.name, **choice.summary()}
-  if not chosen.layers:
-    return Compression(dataclasses.replace(config, compression="none"), None, model, entry)
-  return Compression(config, make_powersgd(config, variables, seed, mask=chosen.mask), model, entry)
+        choice.describe(), f"; from step {config.compression_start}" if compress else "")
+  entry = {"kind": "auto", "wire": compressor.wire.name, **choice.summary()}
+  return Compression(config, compressor, model, entry, compress)
 
 
 def describe_model(model: cost_model.CostModel, world: World) -> str:

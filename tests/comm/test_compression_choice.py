@@ -114,6 +114,15 @@ def test_hand_computed_choices(shapes, encode, want_mask, want_ms):
   assert choice.chosen.seconds * 1e3 == pytest.approx(want_ms)
 
 
+@pytest.mark.parametrize("overlap, want", [(0.0, (True,)), (1 / 3, (False,)), (0.5, (False,))])
+def test_the_plain_exchange_hiding_behind_backprop_can_make_whole_the_faster_way(overlap, want):
+  # One (1000, 1000) matrix: whole 1 + 4 ms; compressed two calls of 8 us and 2 ms of encoding = 4.008 ms.
+  # Priced alone, compression wins by 1 ms; with a third of the plain exchange hidden (3.33 ms visible), whole wins.
+  views = powersgd.plan([(1000, 1000)], 1)
+  choice = compression_choice.choose([(1000, 1000)], views, 1, [2e-3], linear, threshold=0, overlap=overlap)
+  assert choice.chosen.mask == want and choice.summary()["overlap"] == overlap
+
+
 def test_fused_buckets_share_alpha_so_the_second_call_is_what_compression_pays_extra():
   # One 32 MB bucket: the four matrices and the vector whole in one call (1 ms + 4.004 ms of bytes).
   # Compressing all four saves their bytes but adds a call; at 0.1 ms of encoding each it pays.

@@ -99,14 +99,17 @@ def auto(hybrid_cost, **settings):
   lines = []
   config = CommConfig("flat", compression="auto", powersgd_rank=2, hybrid_cost=hybrid_cost, **settings)
   variables = [tf.Variable(tf.zeros(s)) for s in [(256, 256), (256,), (3, 3, 1, 2)]]
+  # Encode times given, not timed: the verdict must not depend on this machine's speed (timed on a loaded
+  # CPU, a clean clone's run with one core busy chose none here: the matrix saves ~4 ms at 0.5 Gbit/s).
   compression = make_compression(OneRank(), config, TWO_HOSTS, variables, seed=0,
-                                 log=lambda fmt, *args: lines.append(fmt % args))
+                                 log=lambda fmt, *args: lines.append(fmt % args), encode_seconds=[1e-3, 0.0, 0.0])
   return compression, lines
 
 
 def test_auto_compresses_on_a_slow_link():
   compression, lines = auto(SLOW, powersgd_wire="fp16")
   assert compression.config.compression == "auto" and compression.config.wire == "none"  # whole ones stay fp32
+  assert compression.compress
   assert compression.powersgd.views == ((256, 256), None, None) and compression.powersgd.wire == tf.float16
   assert compression.cost.inter.gbps == pytest.approx(0.0625)  # the model, for the exchange to reuse
   entry = compression.summary
@@ -120,10 +123,10 @@ def test_auto_compresses_on_a_slow_link():
   assert "PowerSGD rank 2 on 1 of 1 matrices" in lines[0] and lines[0].endswith("from step 1000")
 
 
-def test_auto_on_a_fast_link_is_exactly_none():
+def test_auto_on_a_fast_link_sends_everything_whole():
+  # PowerSGD's state is kept (a later world, or the batch controller, may choose it); no step compresses.
   compression, lines = auto(FAST)
-  assert compression.powersgd is None and compression.config == CommConfig(
-      "flat", compression="none", powersgd_rank=2, hybrid_cost=FAST)
+  assert not compression.compress and compression.powersgd.views == ((256, 256), None, None)
   assert compression.summary["chose"] == "none" and compression.summary["layers_compressed"] == 0
   assert "every gradient whole: 0.25 MB whole in" in lines[0]
 
