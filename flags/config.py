@@ -132,6 +132,7 @@ class OptimConfig:
   precision: str
   lr_scaling: str = "linear"  # linear: Goyal et al.'s rule; adascale: the gain r of optimizers/adascale.py
   base_batch: int = 0         # adascale's B0, the batch the schedule is written for (0: linear scaling)
+  base_batch_given: bool = False  # --base_batch was given (else the run's first world's per-rank batch)
 
   @property
   def adascale_base(self) -> int:

@@ -116,7 +116,7 @@ def check(config: DataConfig, world: World) -> tuple[str | None, sources.Scanned
   return problem, None if problem else scanned
 
 
-def build(f, world: World) -> DataConfig:
+def build(f, world: World, later_world: bool = False) -> DataConfig:
   info, source, tfds_name = _dataset(f)
   k = f.accumulation_steps
   if k < 1:
@@ -144,7 +144,7 @@ def build(f, world: World) -> DataConfig:
     raise ConfigError(problem)
   if f.eval_batch_size < 0:
     raise ConfigError(f"--eval_batch_size={f.eval_batch_size} is negative; pass 0 or a positive number.")
-  max_global = _check_batch_policy(f, global_batch, batch_size, world)
+  max_global = _check_batch_policy(f, global_batch, batch_size, world, later_world)
   if f.shuffle_buffer <= 0:
     raise ConfigError(f"--shuffle_buffer={f.shuffle_buffer} must be positive, e.g. --shuffle_buffer=10000.")
 
@@ -161,8 +161,13 @@ def build(f, world: World) -> DataConfig:
                     max_global_batch=max_global, decide_every=f.batch_decide_every)
 
 
-def _check_batch_policy(f, global_batch: int, batch_size: int, world: World) -> int:
-  """--batch_policy's flags checked; the largest global batch it may choose (0: fixed)."""
+def _check_batch_policy(f, global_batch: int, batch_size: int, world: World, later_world: bool = False) -> int:
+  """--batch_policy's flags checked; the largest global batch it may choose (0: fixed).
+
+  A starting --accumulation_steps past --max_global_batch is no error: each world starts at the
+  largest K that fits and says so (training/batch_control.py; an elastic world that grew past it
+  ended the run before). later_world: an elastic world after the first, which goes on even where
+  K=1 is past the bound or leaves one batch to choose, where a first world's flags are refused."""
   if f.batch_policy != "adaptive":
     if f.max_global_batch:
       raise ConfigError(f"--max_global_batch={f.max_global_batch} bounds --batch_policy=adaptive; add it or "
@@ -170,10 +175,14 @@ def _check_batch_policy(f, global_batch: int, batch_size: int, world: World) -> 
     return 0
   if f.batch_decide_every < 1:
     raise ConfigError(f"--batch_decide_every={f.batch_decide_every} must be at least 1, e.g. --batch_decide_every=50.")
+  smallest = batch_size * world.size * (2 if world.size == 1 else 1)  # K from 1 (2 on one rank)
   max_global = f.max_global_batch or 8 * global_batch
-  if max_global < global_batch:
-    raise ConfigError(f"--max_global_batch={max_global} is below the starting global batch {global_batch}; "
-                      f"pass at least {global_batch}, e.g. --max_global_batch={8 * global_batch}.")
+  if later_world:
+    return max_global
+  if max_global < smallest:
+    raise ConfigError(f"--max_global_batch={max_global} is below the smallest global batch {smallest} "
+                      f"({batch_size} per rank x {world.size} ranks); pass at least {smallest}, e.g. "
+                      f"--max_global_batch={8 * smallest}.")
   if max_global < batch_size * world.size * (3 if world.size == 1 else 2):  # K from 1 (2 on one rank): two to choose
     raise ConfigError(f"--max_global_batch={max_global} leaves --batch_policy=adaptive one batch to choose "
                       f"({batch_size} per rank x {world.size} ranks); raise it, e.g. "

@@ -23,7 +23,9 @@ def define() -> None:
       "--accumulation_steps >= 2 when the global batch is not the base batch).")
   absl_flags.DEFINE_integer(
       "base_batch", 0, "AdaScale's base batch B0: the batch the LR schedule (--base_lr per 256, "
-      "warmup, decay) is written for (0: the per-rank batch --batch_size). Only with --lr_scaling=adascale.")
+      "warmup, decay) is written for (0: the per-rank batch of the run's first world, kept for the whole "
+      "run: a requeue onto another node count or a new elastic world reads the same clock). Only with "
+      "--lr_scaling=adascale.")
   absl_flags.DEFINE_float("momentum", 0.9, "Momentum of the optimizer.")
   absl_flags.DEFINE_float(
       "weight_decay", 5e-4, "L2 weight decay (not scaled with the batch, as Goyal et al.); "
@@ -59,8 +61,9 @@ def define() -> None:
       "train.py warns at start-up where the CPU is not of the fast kind.")
 
 
-def build(f, batch_size: int) -> OptimConfig:
-  """batch_size: the per-rank batch, --base_batch's default."""
+def build(f, batch_size: int, pinned: int = 0) -> OptimConfig:
+  """batch_size: the per-rank batch, --base_batch's default when the run has not pinned one (pinned:
+  the base batch of the run's first world, which a default follows)."""
   if f.base_batch < 0:
     raise ConfigError(f"--base_batch={f.base_batch} is negative; pass 0 (the per-rank batch) or a batch size.")
   if f.base_batch and f.lr_scaling != "adascale":
@@ -86,4 +89,5 @@ def build(f, batch_size: int) -> OptimConfig:
                      warmup_start_lr=f.warmup_start_lr, lr_schedule=f.lr_schedule,
                      decay_epochs=decay_epochs, lars_eta=f.lars_eta,
                      label_smoothing=f.label_smoothing, no_decay_on_bias_bn=f.no_decay_on_bias_bn,
-                     precision=f.precision, lr_scaling=f.lr_scaling, base_batch=f.base_batch or batch_size)
+                     precision=f.precision, lr_scaling=f.lr_scaling,
+                     base_batch=f.base_batch or pinned or batch_size, base_batch_given=bool(f.base_batch))

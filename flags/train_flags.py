@@ -26,17 +26,22 @@ def define_flags() -> None:
     section.define()
 
 
-def build_config(f, world: World) -> Config:
+def build_config(f, world: World, base_batch: int = 0, later_world: bool = False) -> Config:
   """Validate parsed flags into a Config; raises ConfigError naming the flag and the fix.
 
   Pure: looks at the flags and the world only, so every rank reaches the same
-  verdict without talking to the others.
+  verdict without talking to the others. base_batch: AdaScale's B0 as the run pinned it at its
+  first world (its position's; 0: not pinned yet), which a default --base_batch (the per-rank batch,
+  which --global_batch_size makes depend on the ranks) follows, so a requeue onto another node
+  count or a new elastic world reads the same clock; later_world: an elastic world after the
+  first, which goes on where a first world's flags would be refused (data.build).
   """
-  data_config = data.build(f, world)
-  run_config, optim_config, comm_config = run.build(f), optim.build(f, data_config.batch_size), comm.build(f)
+  data_config = data.build(f, world, later_world)
+  run_config, comm_config = run.build(f), comm.build(f)
+  optim_config = optim.build(f, data_config.batch_size, pinned=base_batch)
   faults_config = faults.build(f)
   if not run_config.eval_only:  # what the noise scale needs to train; an evaluation on 1 rank needs none of it
-    _check_adascale(optim_config, run_config, data_config, comm_config, world)
+    _check_adascale(optim_config, run_config, data_config, world)
   if run_config.eval_only:
     if faults_config.elastic:
       raise ConfigError("--eval_only evaluates a checkpoint in one fixed world; drop --elastic (and launch "
@@ -44,15 +49,12 @@ def build_config(f, world: World) -> Config:
     if data_config.dataset.num_eval == 0 and not data_config.dataset.on_disk:
       raise ConfigError(f"--eval_only needs a held-out split, and --dataset={data_config.dataset.name} has none; "
                         "evaluate a run of a data set with one.")
-  if faults_config.elastic and comm_config.compression == "auto":
-    raise ConfigError("--compression=auto chooses at start-up for the links of one world, and --elastic changes "
-                      "the world; choose --compression=powersgd or none with --elastic.")
   return Config(run=run_config, data=data_config, model=model.build(f),
                 optim=optim_config, comm=comm_config, faults=faults_config,
                 evaluation=evaluation.build(f, data_config.dataset), world=world)
 
 
-def _check_adascale(optim_config, run_config, data_config, comm_config, world: World) -> None:
+def _check_adascale(optim_config, run_config, data_config, world: World) -> None:
   """AdaScale's gain comes from the noise scale: without it the LR would stay the base batch's."""
   if data_config.adaptive and not optim_config.adascale_base:
     raise ConfigError("--batch_policy=adaptive changes the global batch during the run, which only AdaScale's "
@@ -63,10 +65,6 @@ def _check_adascale(optim_config, run_config, data_config, comm_config, world: W
   if not run_config.noise_scale:
     raise ConfigError("--lr_scaling=adascale takes its gain from the gradient noise scale; drop "
                       "--noise_scale=false.")
-  if comm_config.compression in comm.POWERSGD:  # the noise scale's big batch is the exchanged mean gradient
-    raise ConfigError("--lr_scaling=adascale takes its gain from the norm of the exchanged mean gradient, which "
-                      f"--compression={comm_config.compression} replaces by a low-rank approximation; drop one of "
-                      "the two.")
   if world.size == 1 and data_config.accumulation_steps == 1 and not data_config.adaptive:  # adaptive: K >= 2 there
     raise ConfigError(f"--lr_scaling=adascale at global batch {data_config.global_batch} (base batch "
                       f"{optim_config.base_batch}) needs the noise scale, which one rank measures only with "
@@ -132,6 +130,16 @@ def checkpoint_identity(config: Config) -> dict[str, str]:
   return identity
 
 
+def saved_base_batch(model_dir: str) -> int:
+  """The base batch config.json's identity holds (0: none): where a run written before its position
+  kept the pinned base batch pinned it."""
+  path = os.path.join(model_dir, CONFIG_FILE)
+  if not os.path.exists(path):
+    return 0
+  with open(path) as fh:
+    return int(json.load(fh).get("identity", {}).get("base_batch", 0))
+
+
 def _incompatible_checkpoint(config: Config) -> str | None:
   """A message if model_dir holds a run whose variables differ from this one's."""
   path = os.path.join(config.run.model_dir, CONFIG_FILE)
@@ -140,6 +148,8 @@ def _incompatible_checkpoint(config: Config) -> str | None:
   with open(path) as fh:
     saved = json.load(fh).get("identity", {})
   for flag, new in checkpoint_identity(config).items():
+    if flag == "base_batch" and not config.optim.base_batch_given:  # the run's own is taken (train.py pins it)
+      continue
     old = saved.get(flag, IDENTITY_BEFORE_KEPT.get(flag, new))
     if old != new:
       return (f"--model_dir={config.run.model_dir} holds a checkpoint trained with "

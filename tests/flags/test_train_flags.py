@@ -70,11 +70,6 @@ def test_defaults_are_valid(tmp_path):
     ({"batch_policy": "adaptive", "lr_scaling": "adascale", "batch_decide_every": 0}, World(size=2),
      "--batch_decide_every"),
     ({"max_global_batch": 512}, World(size=2), "--batch_policy=adaptive"),
-    # AdaScale's gain reads the exchanged mean gradient's norm, which PowerSGD approximates.
-    ({"lr_scaling": "adascale", "base_batch": 8, "compression": "powersgd"}, World(size=2), "--compression=powersgd"),
-    ({"lr_scaling": "adascale", "base_batch": 8, "compression": "auto"}, World(size=2), "--compression=auto"),
-    # auto prices one world's links at start-up; --elastic changes the world.
-    ({"compression": "auto", "elastic": True}, World(size=2), "--compression=auto"),
     ({"eval_only": True, "elastic": True}, World(size=2), "--elastic"),  # one fixed world evaluates
     ({"eval_only": True, "dataset": "synthetic"}, World(size=2), "held-out split"),
 ])
@@ -141,6 +136,47 @@ def test_a_checkpoint_of_the_linear_rule_is_refused_under_adascale(tmp_path):
   (tmp_path / flags.CONFIG_FILE).write_text(json.dumps({"identity": flags.checkpoint_identity(ada)}))
   other_base = flags.build_config(values(model_dir=str(tmp_path), lr_scaling="adascale", base_batch=8), World(size=2))
   assert "--base_batch=32, not 8" in flags.check_paths(other_base)[0]
+
+
+@pytest.mark.parametrize("overrides", [
+    # AdaScale's gain under PowerSGD: the mean gradient's norm from a count sketch (comm/sketch.py).
+    {"lr_scaling": "adascale", "base_batch": 8, "compression": "powersgd"},
+    {"lr_scaling": "adascale", "batch_policy": "adaptive", "compression": "auto"},
+    # auto chooses again in each world of an elastic run (its probe is per world).
+    {"compression": "auto", "elastic": True},
+])
+def test_combinations_that_compose(overrides, tmp_path):
+  flags.build_config(values(model_dir=str(tmp_path), **overrides), World(size=2))
+
+
+def test_a_default_base_batch_is_the_first_worlds_and_a_requeue_onto_other_ranks_keeps_it(tmp_path):
+  # Issue 38: 2 ranks, --lr_scaling=adascale --global_batch_size=64 (B0 the per-rank 32), requeued onto 1
+  # rank: the per-rank batch is 64 there, and the restart was refused ("trained with --base_batch=32, not 64").
+  first = flags.build_config(values(model_dir=str(tmp_path), lr_scaling="adascale", global_batch_size=64), World(size=2))
+  assert first.optim.base_batch == 32 and not first.optim.base_batch_given
+  (tmp_path / flags.CONFIG_FILE).write_text(json.dumps({"identity": flags.checkpoint_identity(first)}))
+  one = values(model_dir=str(tmp_path), lr_scaling="adascale", global_batch_size=64, accumulation_steps=2)
+  again = flags.build_config(one, World(size=1))
+  assert again.optim.base_batch == 32 and flags.check_paths(again) == (None, None)  # not refused
+  assert flags.saved_base_batch(str(tmp_path)) == 32
+  pinned = flags.build_config(one, World(size=1), base_batch=flags.saved_base_batch(str(tmp_path)))
+  assert pinned.optim.base_batch == 32 and pinned.data.batch_size == 32 and pinned.data.global_batch == 64
+  # Given explicitly, it is the run's identity: another one is refused, as before.
+  other = flags.build_config(values(model_dir=str(tmp_path), lr_scaling="adascale", base_batch=16), World(size=2))
+  assert "--base_batch=32, not 16" in flags.check_paths(other)[0]
+
+
+def test_an_elastic_world_past_the_largest_global_batch_goes_on(tmp_path):
+  # 4 ranks x 32 = 128 at K = 1 is past --max_global_batch=96: refused as a launch's flags, taken by a later
+  # world (which starts at the largest K that fits, K = 1, and says so).
+  f = values(model_dir=str(tmp_path), lr_scaling="adascale", batch_policy="adaptive", max_global_batch=96)
+  assert "--max_global_batch=96" in error(World(size=4), lr_scaling="adascale", batch_policy="adaptive",
+                                          max_global_batch=96)
+  assert flags.build_config(f, World(size=4), later_world=True).data.k_range(4) == (1, 1)
+  # A starting K past the bound is no error: the world starts at the largest K that fits.
+  g = values(model_dir=str(tmp_path), lr_scaling="adascale", batch_policy="adaptive", max_global_batch=128,
+             accumulation_steps=4)
+  assert flags.build_config(g, World(size=2)).data.k_range(2) == (1, 2)
 
 
 def test_eval_only_needs_a_checkpoint_and_not_what_training_at_adascale_needs(tmp_path):
