@@ -103,6 +103,10 @@ faults: ops  ## every fault (signals to the launcher and to ranks, a stopped ran
 time-to-accuracy: ops  ## time to a held-out top-1 on Fashion-MNIST, 2 ranks: batch 64 SGD vs 1,024 (warmup, LARS, bf16) vs 4,096 by accumulation, 2 seeds; writes results/time_to_accuracy.{md,json,png} (ARGS="--quick --only=a --seeds=0 --out_dir=/tmp/tta": a smoke run)
 	$(PY) -m bench.time_to_accuracy $(ARGS)
 
+.PHONY: bench-step-cache
+bench-step-cache: ops  ## the adaptive run's step at K (one traced per K it tries, kept) against the fixed step at K, one process; writes results/step_cache.{md,json}
+	$(PY) -m bench.step_cache $(ARGS)
+
 .PHONY: bench-compression
 bench-compression: ops  ## PowerSGD rank 1/2/4, fp16 and auto: ResNet-50 on 2 and 4 emulated hosts (root) at 0.5, 2 and 10 Gbit/s (bytes counted on the links, encode/exchange/step ms, efficiency, the cost model's prediction per row), and Fashion-MNIST at batch 1,024 with LARS, uncompressed vs PowerSGD rank 2/4 with and without error feedback, 2 seeds, and LARS's trust ratios per layer at the rank-4 runs' checkpoints; ~3.5 hours; writes results/compression.{md,json,png} (ARGS="--only=speed --rates=500mbit --hosts=2 --variants=none,powersgd-r4 --steps=2 --out_dir=/tmp/bc", "--only=accuracy --quick --configs=r4 --seeds=0 --out_dir=/tmp/bc": smoke runs)
 	$(PY) -m bench.compression $(ARGS)

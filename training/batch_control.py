@@ -113,6 +113,7 @@ class Controller(Hook):
       raise ValueError(f"compressions: some of {goodput.COMPRESSIONS}, got {compressions}")
     self.micro_batch, self.base_batch, self.every, self.noise = micro_batch, base_batch, every, noise
     self.agree, self.log, self.clock, self.compressions = agree, log, clock, tuple(compressions)
+    self.configured = self.compressions  # what it was made with; offer() narrows what it may choose now
     self.ranks, self.k_min, self.k_max, self.k, self.c = 1, 1, 1, 1, self.compressions[0]
     self.prior: goodput.Prior | None = None
     self.times: dict[Pair, list[float]] = {}
@@ -149,6 +150,13 @@ class Controller(Hook):
     self._refit()  # the old world's times, before they go: their fit is what carries over
     self.ranks, (self.k_min, self.k_max), self.prior, self._world = ranks, k_range, prior, self._world + 1
     self.times, self._timed_at, self._left, self._trying, self._c_tried, self._k_tried = {}, {}, None, None, False, None
+
+  def offer(self, compressions) -> None:
+    """The c's it may choose from now on, of those it was made with (training/shape.py: before
+    --compression_start only 'none', PowerSGD's exchange from that step on)."""
+    self.compressions = tuple(c for c in self.configured if c in compressions) or self.configured[:1]
+    if self.c not in self.compressions:
+      self.c = self.compressions[0]
 
   def start_k(self, k_flag: int, global_batch: int) -> int:
     """The K nearest the global batch the run last trained at (global_batch, 0: none yet, then

@@ -176,12 +176,13 @@ class Held:
 
 class Elastic(Course):
   """A run whose world may change (training/elastic.py): the state is committed every
-  commit_every steps and at each checkpoint."""
+  commit_every steps and at each checkpoint, before_commit() first (train.py: PowerSGD's residuals
+  averaged over ranks, which changes no later update, so a new world starts from their mean)."""
 
   def __init__(self, state, commit_every: int, run: RunConfig, world, data_config, readers: int = 0,
-               base_batch: int = 0, num_train: int = 0):
+               base_batch: int = 0, num_train: int = 0, before_commit=lambda: None):
     super().__init__(state, run, world, data_config, readers, base_batch, num_train)
-    self.state, self.commit_every = state, commit_every
+    self.state, self.commit_every, self.before_commit = state, commit_every, before_commit
     self.commit_seconds = []  # each commit's time (make faults reports the median)
 
   def commit_due(self, step: int, force: bool = False) -> bool:
@@ -195,6 +196,7 @@ class Elastic(Course):
     if not self.commit_due(step, force):
       return False
     start = time.perf_counter()
+    self.before_commit()  # every rank commits at this step: a collective may come first
     self.state.save()
     self.commit_seconds.append(time.perf_counter() - start)
     if not final:

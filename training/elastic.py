@@ -36,7 +36,8 @@ class Position:
   scale's averages (NoiseScale.state), which AdaScale's gain is computed from, alike on every rank;
   `evaluated`: the held-out evaluation completed at `step`, if one did (training/loop.py: not repeated
   after a resume, and a target it met ends a restarted run), as {"step", "top1", "top5", "loss",
-  "count", "reached"}, reached the loop's Reached as a dict or None."""
+  "count", "seconds", "epoch"}; `base_batch`: AdaScale's B0 as the run pinned it at its first world
+  (0: not pinned, the linear rule), which every later world and restart reads its clock in."""
   epoch: int = 0
   history: tuple[Generation, ...] = ()
   current: Generation | None = None
@@ -47,6 +48,7 @@ class Position:
   tau: float = 0.0
   noise: dict | None = None
   evaluated: dict | None = None
+  base_batch: int = 0
 
   def world_changed(self, continued: bool = False) -> "Position":
     """The position a new world starts from: the current generation joins the epoch's history.
@@ -76,7 +78,7 @@ class Position:
     current = Generation(**d["current"]) if d.get("current") else None
     return cls(epoch=d["epoch"], history=gens, current=current, images=d["images"], step=d["step"],
                ranks=d.get("ranks", 0), global_batch=d.get("global_batch", 0), tau=d.get("tau", 0.0),
-               noise=d.get("noise"), evaluated=d.get("evaluated"))
+               noise=d.get("noise"), evaluated=d.get("evaluated"), base_batch=d.get("base_batch", 0))
 
 
 class TrainingState(State):

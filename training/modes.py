@@ -118,7 +118,8 @@ class Fixed:
     self.position = elastic.Position.from_json(
         self.hvd.broadcast_object(self.position.to_json(), root_rank=0, name="position"))
 
-  def run(self, run_world, config, data, step: int, *, variables, saver, rebuild, watchdog) -> WorldRun:
+  def run(self, run_world, config, data, step: int, *, variables, saver, rebuild, watchdog,
+          before_commit=lambda: None) -> WorldRun:
     held = course_lib.Held(self._for_world(self.position, config, data))
     return run_world(self.world, config, data,
                      course_lib.Course(held, config.run, self.world, config.data, getattr(data, "readers", 0),
@@ -174,24 +175,29 @@ class Elastic(Fixed):
   def start(self, variables) -> None:
     """The state's sync broadcasts them at the start of every world."""
 
-  def run(self, run_world, config, data, step: int, *, variables, saver, rebuild, watchdog) -> WorldRun:
+  def run(self, run_world, config, data, step: int, *, variables, saver, rebuild, watchdog,
+          before_commit=lambda: None) -> WorldRun:
     """run_world once per world until the run ends. variables: what a commit keeps (weights,
     slots, step, the fp16 loss scale: a rank that joins must scale as the others do);
-    rebuild(world) -> (config, data) of a new world (the global batch may change); watchdog:
-    told when a world re-forms (no limit) and when a new one begins (first-time work again)."""
-    built = {self.world: (config, data)}  # the world's config and input, built once
+    rebuild(world, position, later) -> (config, data) of a new world (the global batch may change;
+    AdaScale's base batch is the position's, pinned at the run's first world; later: not the first);
+    watchdog: told when a world re-forms (no limit) and when a new one begins (first-time work
+    again); before_commit(): every rank, before each commit (PowerSGD's residuals averaged, so a new
+    world starts from their mean, not rank 0's)."""
+    built = {(self.world, self.position.base_batch): (config, data)}  # the world's config and input, built once
     state = elastic.TrainingState(self.hvd, variables, self.position)
 
     def one_world(state):
       watchdog.new_world()
       now = comm.world(self.hvd, self.ranks_per_node)
-      if now not in built:
+      key = (now, state.position.base_batch)  # a joining rank builds with rank 0's pinned base batch
+      if key not in built:
         built.clear()
         try:
-          built[now] = rebuild(now)
+          built[key] = rebuild(now, state.position, bool(self.record["worlds"]))
         except ConfigError as e:  # --global_batch_size that no longer divides: the run ends here
           raise ConfigError(f"the world changed to {now.size} ranks: {e}") from None
-      config_now, data_now = built[now]
+      config_now, data_now = built[key]
       problem = sync.agree_on_data(self.hvd, self.scanned)  # a collective every rank of this world makes
       if problem:
         raise ConfigError(problem)
@@ -199,7 +205,7 @@ class Elastic(Fixed):
       self._joined(state, now, config_now)
       course = course_lib.Elastic(state, config_now.faults.elastic_commit_every, config_now.run, now,
                                   config_now.data, getattr(data_now, "readers", 0), config_now.optim.adascale_base,
-                                  data_now.info.num_train)
+                                  data_now.info.num_train, before_commit=before_commit)
       try:
         return run_world(now, config_now, data_now, course)
       finally:

@@ -20,7 +20,15 @@ With --compression=powersgd (comm/powersgd.py) the order from the exchange on is
   and keep PowerSGD's new residuals and Qs, or skip both
 
 unscaled first because the residuals carry over between steps while fp16's
-scale moves; the plain order above runs before --compression_start.
+scale moves. Both orders are in the one traced step, a tf.cond on `compressing()` (a variable
+the run sets: --compression_start, or the batch controller's choice between the two); the plain
+order under PowerSGD sends each residual with its gradient and keeps none (comm/powersgd.py).
+
+The noise scale's squared norm of the mean gradient (B_big) is that of the exchanged gradients
+in the plain order; PowerSGD's exchanged gradients are a low-rank approximation, so in the
+compressed order it is estimated from a count sketch of every rank's own gradient (comm/sketch.py:
+unbiased, one allreduce of 16 KB), every SKETCH_EVERY steps (a sketch of ResNet-50's 25.6 M
+coordinates took 0.55 s here; the other steps report no noise-scale sample).
 """
 import collections
 import statistics
@@ -29,12 +37,14 @@ import time
 import keras
 import tensorflow as tf
 
+from comm import sketch
 from optimizers import precision
 
 # What a train step returns: loss, correct, finite, stop (below), and the two squared gradient
 # norms of the noise scale (sq_small, sq_big: zero when not measured).
 StepOut = collections.namedtuple("StepOut", "loss correct finite stop sq_small sq_big")
 RANKS, MICRO = "ranks", "micro"  # which two gradients the noise scale compares (noise_sizes)
+SKETCH_EVERY = 4  # compressed steps: the mean gradient's norm is sketched every this many (module docstring)
 
 
 def noise_sizes(ranks: int, batch: int, accumulation_steps: int) -> tuple[str, int, int] | None:
@@ -68,7 +78,7 @@ def correct_count(logits, labels, k: int = 1) -> tf.Tensor:
 
 def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, label_smoothing: float = 0.0,
                     agree=None, accumulation_steps: int = 1, noise=None, average=None,
-                    identical_norms: bool = False, any_k=None, powersgd=None, compressing=None):
+                    identical_norms: bool = False, powersgd=None, compressing=None, step=None, seed: int = 0):
   """A tf.function train_step(images, labels, lr, stop=0) -> StepOut(loss, correct, finite, stop).
 
   images: (K * batch, H, W, C) in the model's compute dtype, K =
@@ -85,7 +95,10 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
   (BatchNorm normalises over `batch` images, Goyal et al.'s fixed per-worker
   n), the gradients of the mean loss over the K * batch images are summed on
   the rank, and then cross ranks once: one exchange, one agreement, one update
-  per step, so the bytes on the wire per image fall by K.
+  per step, so the bytes on the wire per image fall by K. One step is traced
+  for one K: --batch_policy=adaptive keeps one per K it tries (training/shape.py),
+  each as fast as the fixed-K step it is (a step for any K, its K read from the
+  images, was ~11% slower in a side measurement).
 
   exchange(grads) -> grads is comm's GradientExchange, or any function of the
   same shape (identity: no ranks). agree(int32 vector) -> its max over ranks
@@ -94,7 +107,7 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
 
   noise: None, or noise_sizes' kind: the step also returns the squared norms of two gradients
   of different batch sizes, in fp32 on unscaled gradients (fp16's scale divided out), for the
-  gradient noise scale (McCandlish et al. 2018): sq_big of the exchanged mean gradient (B_big),
+  gradient noise scale (McCandlish et al. 2018): sq_big of the mean gradient over ranks (B_big),
   sq_small of each rank's own accumulated gradient averaged over ranks (RANKS; average(x) ->
   its mean over ranks, one small allreduce Horovod fuses with the gradients) or of each
   micro-batch's gradient averaged over the K (MICRO). About 3 flops a weight: under 1% of a
@@ -102,52 +115,65 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
   computes from them): sq_big averaged over ranks too, in a second small allreduce after the
   exchange. The ranks' exchanged gradients are equal bit for bit, but a sum over them need not
   be: TensorFlow's CPU reduction splits the work by the rank's thread count, which differs
-  between unlike hosts, and LRs that differ in the last bit drift the replicas apart.
-
-  any_k (--batch_policy=adaptive): a tf.TensorSpec of one micro-batch's images, (batch, H, W, C);
-  the step then takes any whole number K of them, K read from the images' leading dimension, and
-  is traced once for every K (accumulation_steps is ignored): the controller's changes of K
-  (training/batch_control.py) cost no retrace.
+  between unlike hosts, and LRs that differ in the last bit drift the replicas apart. A
+  compressed step's sq_big is sketched (the module docstring), NaN on the steps between sketches
+  (the noise scale skips a non-finite sample).
 
   powersgd (--compression=powersgd, or auto where it chose to compress): comm/powersgd.py's
   PowerSGD, whose step goes through exchange.compressed (comm's GradientExchange); its new
-  residuals and Qs are kept only by a step whose update is applied. compressing() -> a scalar bool tensor, whether this step compresses
-  (train.py: the checkpointed step >= --compression_start); None: every step does. Both ways are
-  in the one traced step, a tf.cond between them: another traced function for the steps from the
-  start on would be traced mid-run, taking many steps' time that the watchdog allows no step.
+  residuals and Qs are kept only by a step whose update is applied. compressing() -> a scalar bool
+  tensor, whether this step compresses (the run's variable, set by --compression_start and the
+  batch controller: the same on every rank); None: every step does. step() -> the checkpointed
+  step (int64), the sketch's hash seed and cadence with `seed`.
   """
   variables = model.trainable_variables
   learning_rate = optimizer.learning_rate
-  k = None if any_k is not None else accumulation_steps
-  gradients = make_gradients(model, loss_scale, num_classes, label_smoothing, k, micro_norms=noise == MICRO,
-                             micro_batch=any_k.shape[0] if any_k is not None else None)
-  signature = None
-  if any_k is not None:
-    signature = [tf.TensorSpec([None, *any_k.shape[1:]], any_k.dtype), tf.TensorSpec([None], tf.int32),
-                 tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32)]
+  gradients = make_gradients(model, loss_scale, num_classes, label_smoothing, accumulation_steps,
+                             micro_norms=noise == MICRO)
 
   def unscaled(sq):
     """A squared norm of scaled gradients, unscaled (fp16: divided by the scale squared)."""
     return sq / tf.square(tf.cast(loss_scale.scale, tf.float32)) if loss_scale.enabled else sq
 
+  def exact_norm(mean):
+    return squared_norm(mean) if noise else tf.constant(0.0)
+
+  def sketched_norm(grads):
+    """The mean over ranks of these unscaled gradients' squared norm, sketched every SKETCH_EVERY steps."""
+    if not noise:
+      return tf.constant(0.0)
+    if noise == MICRO:  # one rank: no ranks to average over, its accumulated gradient is the mean
+      return squared_norm(grads)
+    now = step() if step is not None else tf.constant(0, tf.int64)
+    return tf.cond(tf.equal(now % SKETCH_EVERY, 0),
+                   lambda: sketch.mean_squared_norm(grads, seed, now, average),
+                   lambda: tf.constant(float("nan")))
+
   def exchanged(grads):
     """This rank's scaled gradients -> (their mean over ranks, unscaled; keep(), which keeps
-    PowerSGD's new state, for the branch that applies the update)."""
+    PowerSGD's new state, for the branch that applies the update; the mean's squared norm)."""
     # Unscale in fp32 before the optimizer: LARS's trust ratio must see true gradients.
     if powersgd is None:
-      return loss_scale.unscale(exchange(grads)), lambda: None
+      mean = loss_scale.unscale(exchange(grads))
+      return mean, lambda: None, exact_norm(mean)
 
     def compressed():  # the residuals live in true-gradient units: unscaled first (module docstring)
-      return exchange.compressed(loss_scale.unscale(grads), powersgd)
-    if compressing is None:
-      mean, update = compressed()
-      return mean, lambda: powersgd.apply(update)
-    # Both branches enter collectives: compress comes from the step count, the same on every rank.
-    compress = compressing()
-    mean, update = tf.cond(compress, compressed, lambda: (loss_scale.unscale(exchange(grads)), powersgd.state()))
-    return mean, lambda: tf.cond(compress, lambda: powersgd.apply(update), lambda: None)
+      own = loss_scale.unscale(grads)
+      mean, update = exchange.compressed(own, powersgd)
+      return mean, update, sketched_norm(own)
 
-  @tf.function(input_signature=signature)
+    def plain():  # every gradient whole, each residual sent with its own and zeroed
+      sent, update = powersgd.flushed(grads, loss_scale.scale if loss_scale.enabled else None)
+      mean = loss_scale.unscale(exchange(sent))
+      return mean, update, exact_norm(mean)
+    if compressing is None:
+      mean, update, sq_big = compressed()
+      return mean, lambda: powersgd.apply(update), sq_big
+    # Both branches enter collectives: the choice is a variable every rank sets alike.
+    mean, update, sq_big = tf.cond(compressing(), compressed, plain)
+    return mean, lambda: powersgd.apply(update), sq_big
+
+  @tf.function
   def train_step(images, labels, lr, stop=tf.constant(0)):
     loss, correct, bad, micro_sq, grads, micro_batches = gradients(images, labels)
     if noise == RANKS:  # this rank's own gradient, before the exchange: mean over ranks below
@@ -159,8 +185,7 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
     # One verdict for every rank: a stop request anywhere, a non-finite loss anywhere.
     codes = tf.stack([tf.cast(stop, tf.int32), bad])
     codes = agree(codes) if agree else codes
-    grads, keep = exchanged(grads)  # the one place gradients cross ranks
-    sq_big = squared_norm(grads) if noise else tf.constant(0.0)
+    grads, keep, sq_big = exchanged(grads)  # the one place gradients cross ranks
     if noise == RANKS and identical_norms:
       sq_big = average(sq_big)
     learning_rate.assign(lr)
@@ -175,12 +200,10 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
   return train_step
 
 
-def make_gradients(model, loss_scale, num_classes: int, label_smoothing: float, k: int | None, micro_norms: bool,
-                   micro_batch: int | None = None):
+def make_gradients(model, loss_scale, num_classes: int, label_smoothing: float, k: int, micro_norms: bool):
   """gradients(images, labels) -> (mean loss, top-1 hits, non-finite loss as int32, the sum of
   the micro-batches' squared gradient norms (0 unless micro_norms), scaled gradients of the mean
-  loss over all K micro-batches, K as float32): the rank's forward and backward passes of one
-  step. k None: K is the images' leading dimension over micro_batch, read when the step runs."""
+  loss over all K micro-batches, K as float32): the rank's forward and backward passes of one step."""
   # One-hot targets, so label smoothing can apply; float32 logits -> fp32 loss.
   loss_fn = keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=label_smoothing)
   variables = model.trainable_variables
@@ -197,14 +220,9 @@ def make_gradients(model, loss_scale, num_classes: int, label_smoothing: float, 
 
   def accumulated(images, labels):
     """forward_backward's results over the K micro-batches: mean loss, sums of the rest."""
-    if k is None:  # any K: micro-batches of the static micro_batch (BatchNorm's batch), as many as came
-      images = tf.reshape(images, [-1, micro_batch, *images.shape[1:]])
-      labels = tf.reshape(labels, [-1, micro_batch])
-    else:
-      images = tf.reshape(images, [k, -1, *images.shape[1:]])
-      labels = tf.reshape(labels, [k, -1])
-    count = tf.shape(labels)[0]
-    k_float = tf.cast(count, tf.float32)
+    images = tf.reshape(images, [k, -1, *images.shape[1:]])
+    labels = tf.reshape(labels, [k, -1])
+    k_float = tf.constant(float(k))
     # A tf.while_loop (not K unrolled copies of the model in the graph): tracing stays one model's.
     def body(i, loss, correct, bad, sq, sums):
       l, c, b, grads = forward_backward(images[i], labels[i], k_float)
@@ -212,7 +230,7 @@ def make_gradients(model, loss_scale, num_classes: int, label_smoothing: float, 
       return i + 1, loss + l, correct + c, tf.maximum(bad, b), sq, [s + g for s, g in zip(sums, grads)]
     zeros = [tf.zeros(v.shape, v.dtype) for v in variables]
     _, loss, correct, bad, sq, grads = tf.while_loop(
-        lambda i, *_: i < count, body,
+        lambda i, *_: i < k, body,
         [tf.constant(0), tf.constant(0.0), tf.constant(0.0), tf.constant(0), tf.constant(0.0), zeros])
     return loss / k_float, correct, bad, sq, grads, k_float
 
@@ -220,7 +238,7 @@ def make_gradients(model, loss_scale, num_classes: int, label_smoothing: float, 
     loss, correct, bad, grads = forward_backward(images, labels, 1)
     return loss, correct, bad, tf.constant(0.0), grads, tf.constant(1.0)
 
-  return accumulated if k is None or k > 1 else single
+  return accumulated if k > 1 else single
 
 
 def time_exchange(exchange, variables, repeats: int = 3) -> float:
@@ -234,6 +252,25 @@ def time_exchange(exchange, variables, repeats: int = 3) -> float:
   for _ in range(repeats):
     start = time.perf_counter()
     run(zeros).numpy()  # a scalar of every output: the exchange has finished
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def time_compute(model, loss_scale, num_classes: int, micro_batch, repeats: int = 2) -> float:
+  """Seconds of one micro-batch's forward and backward alone (no exchange, no update): the median of
+  `repeats` after a first (traced) one, on random images of micro_batch's spec (batch, H, W, C).
+  Local work, no collective. The batch controller's prior for a micro-batch's cost from a world's
+  start (training/goodput.py): with none, its first world priced computing as free and jumped to
+  the largest batch over a slow link."""
+  gradients = tf.function(make_gradients(model, loss_scale, num_classes, 0.0, 1, micro_norms=False))
+  images = tf.random.normal(micro_batch.shape, dtype=micro_batch.dtype)
+  labels = tf.zeros([micro_batch.shape[0]], tf.int32)
+  run = lambda: float(gradients(images, labels)[0])  # noqa: E731  (the loss read: the step has finished)
+  run()
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    run()
     times.append(time.perf_counter() - start)
   return statistics.median(times)
 

@@ -214,6 +214,7 @@ def test_under_the_adaptive_policy_a_resumed_run_keeps_tau_and_goes_on_near_its_
   # 20 updates at K = 4 on 2 ranks (global batch 256) with gains of 3: the checkpoint's position has
   # tau 60 and the global batch; resumed with --accumulation_steps=1, the run says where it goes on
   # and its controller starts at the K of that batch (training/batch_control.Controller.start_k).
+  from training import goodput
   from training.batch_control import Controller
   p = Position()
   for _ in range(20):
@@ -230,7 +231,7 @@ def test_under_the_adaptive_policy_a_resumed_run_keeps_tau_and_goes_on_near_its_
   assert "tau 60.0 base-batch steps" in lines[0] and "goes on near its global batch 256" in lines[0], lines
   assert "the global batch was" not in lines[0]  # it is not changing to the flags' 64
   c = Controller(micro_batch=32, base_batch=32, every=50, noise=None, agree=lambda k: k, log=print)
-  c.new_world(2, (1, 8), exchange_seconds=0.01)
+  c.new_world(2, (1, 8), goodput.Prior(micro=0.05, exchange={"none": 0.01}))
   assert c.start_k(1, mode.position.global_batch) == 4
 
 

@@ -80,34 +80,6 @@ def test_k_micro_batches_make_the_update_of_one_batch_k_times_larger(k):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_one_step_for_any_k_is_traced_once_and_updates_as_the_step_of_that_k():
-  # --batch_policy=adaptive changes K mid-run: the step takes any number of micro-batches of the
-  # traced shape (any_k), and its update, loss and micro-batch norms are the fixed-K step's.
-  rng = np.random.default_rng(2)
-  model, optimizer = tiny()
-  spec = tf.TensorSpec([4, 4], tf.float32)
-  any_k = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"), num_classes=8,
-                                   noise=step_lib.MICRO, any_k=spec)
-  for k in (2, 3, 1, 4):
-    images = rng.standard_normal((4 * k, 4)).astype(np.float32)
-    labels = rng.integers(0, 8, 4 * k).astype(np.int32)
-    start = weights(model)
-    got = any_k(tf.constant(images), tf.constant(labels), tf.constant(0.5), tf.constant(0))
-    after = weights(model)
-    ref_model, ref_optimizer = tiny()
-    for v, w in zip(ref_model.trainable_variables, start):
-      v.assign(w)
-    fixed = step_lib.make_train_step(ref_model, ref_optimizer, lambda g: g, precision.for_precision("fp32"),
-                                     num_classes=8, accumulation_steps=k, noise=step_lib.MICRO if k > 1 else None)
-    want = fixed(tf.constant(images), tf.constant(labels), tf.constant(0.5))
-    assert float(got.loss) == pytest.approx(float(want.loss), rel=1e-6) and float(got.correct) == float(want.correct)
-    if k > 1:
-      assert float(got.sq_small) == pytest.approx(float(want.sq_small), rel=1e-5)
-    for a, b in zip(after, weights(ref_model)):
-      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-  assert any_k.experimental_get_tracing_count() == 1
-
-
 def test_batchnorm_normalises_each_micro_batch():
   # Goyal et al.'s per-worker n: with K=2 the BatchNorm batch is half the step's images, so
   # two micro-batches of different means give another update than one batch of both.
@@ -222,7 +194,7 @@ def compressible(seed=0):
   return model, optimizer
 
 
-def powersgd_step(model, optimizer, precision_name="fp32", rank=2, compressing=None, hvd=None):
+def powersgd_step(model, optimizer, precision_name="fp32", rank=2, compressing=None, hvd=None, **kwargs):
   """(train_step with --compression=powersgd through a flat exchange on one rank, its PowerSGD)."""
   from comm.exchange import GradientExchange, make_powersgd
   from flags.config import CommConfig
@@ -230,7 +202,7 @@ def powersgd_step(model, optimizer, precision_name="fp32", rank=2, compressing=N
   compressor = make_powersgd(config, model.trainable_variables, seed=5)
   exchange = GradientExchange(hvd or OneRank(), config, world=None)
   step = step_lib.make_train_step(model, optimizer, exchange, precision.for_precision(precision_name), num_classes=16,
-                                  powersgd=compressor, compressing=compressing)
+                                  powersgd=compressor, compressing=compressing, **kwargs)
   return step, compressor
 
 
@@ -327,4 +299,24 @@ def test_compression_starts_at_its_step_in_the_one_traced_step():
   step(*batches[2], tf.constant(0.5))
   assert hvd.counts() == {"": 2, "powersgd_p": 1, "powersgd_q": 1}  # P with the bias in one bucket, then Q
   assert all(not np.array_equal(a, b.numpy()) for a, b in zip(start, compressor.variables))
+  assert step.experimental_get_tracing_count() == 1
+
+
+def test_a_compressed_steps_noise_scale_norm_is_sketched_every_few_steps_and_close_to_the_exact_one():
+  # AdaScale under PowerSGD: the exchanged gradients are a low-rank approximation, so the mean gradient's
+  # squared norm comes from comm/sketch.py (one rank here: the mean is this rank's gradient).
+  images, labels = batch(np.random.default_rng(9), 8)
+  taken, compress = tf.Variable(0, dtype=tf.int64), tf.Variable(False)
+  model, optimizer = compressible()
+  step, _ = powersgd_step(model, optimizer, compressing=lambda: compress, noise=step_lib.RANKS,
+                          average=lambda x: x, step=lambda: taken, seed=3)
+  exact = float(step(images, labels, tf.constant(0.0)).sq_big)  # LR 0: the weights stay, the gradient too
+  compress.assign(True)
+  sketched = []
+  for now in range(2 * step_lib.SKETCH_EVERY):
+    taken.assign(now)
+    sketched.append(float(step(images, labels, tf.constant(0.0)).sq_big))
+  measured = [v for v in sketched if np.isfinite(v)]
+  assert [np.isfinite(v) for v in sketched] == [now % step_lib.SKETCH_EVERY == 0 for now in range(len(sketched))]
+  assert all(abs(v / exact - 1) < 0.1 for v in measured) and measured[0] != measured[1], (exact, measured)
   assert step.experimental_get_tracing_count() == 1
