@@ -80,7 +80,7 @@ def test_a_lost_host_costs_at_most_a_commit_and_a_returning_host_joins(tmp_path,
   worlds = summary["elastic"]["worlds"]
   assert worlds[0] == worlds[-1] == 2 and set(worlds[1:-1]) == {1}, summary["elastic"]
   assert summary["allreduce"] == "hybrid", log[-3000:]
-  assert re.search(r"batch: this world starts at K 2 \(global batch 64\)", log), log[-3000:]
+  assert re.search(r"batch: this world starts at K 2, compression none \(global batch 64\)", log), log[-3000:]
   k = summary["batch_policy"]["k_final"]  # 1 unless the controller found a larger batch worth its time here
   (lost,) = summary["elastic"]["steps_lost"]
   assert 0 <= lost <= COMMIT_EVERY, summary
