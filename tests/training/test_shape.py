@@ -278,3 +278,19 @@ def test_every_pair_of_transitions_keeps_the_runs_invariants(tmp_data, tmp_path,
   # The position a restart reads is the one trained to (rank 0's), and every rank's is the same.
   assert restart == finals[0] and all(f == finals[0] for f in finals), (restart, finals)
   assert finals[0].step == STEPS
+
+
+def test_auto_prices_each_later_world_again_and_the_first_by_its_start_up_choice(tmp_data, tmp_path):
+  # --elastic with --compression=auto: a new world's links and ranks are another's, so its choice is
+  # made again there (comm.exchange.choose_auto, a collective of that world); the first world's is start-up's.
+  tmp = {"data": tmp_data, "run": str(tmp_path)}
+  parts = parts_for(str(tmp_path), 0, Plan({}), Record())
+  parts.noise, asked = Noise(), []
+  parts.rechoose = lambda world: asked.append(world.size) or parts.compression
+  for later in (False, True):
+    config, world = config_for(tmp, 1), world_of(1, 0)
+    data = pipeline.build(config.data, world, 1, elastic=True)
+    course = course_lib.Course(course_lib.Held(Position()), config.run, world, config.data, data.readers, B0,
+                               DIGITS.num_train)
+    FakeRun(parts, world, config, data, course, later=later).begin()
+  assert asked == [1]

@@ -45,6 +45,7 @@ def run(world, args):
   assert (gathered == gathered[0]).all()
   check_noise_norms(rank, size, exchange)
   check_powersgd(world, config)
+  check_sketched_norm(world)
   check_auto(world)
 
 
@@ -105,6 +106,34 @@ def check_powersgd(world, config):
   assert sync.replicas_identical(hvd, compressor.residuals)
   mean = hvd.allreduce(tf.constant(mine), op=hvd.Average, name="psgd_mean").numpy()
   np.testing.assert_allclose(compressor.residuals[0].numpy(), mean, rtol=1e-6, atol=1e-7)
+
+
+def check_sketched_norm(world):
+  """AdaScale under PowerSGD: a compressed step's noise-scale norm of the mean gradient comes from a
+  count sketch of each rank's own gradient, averaged over the ranks (comm/sketch.py); on the same
+  gradients it is the exact one's within the sketch's error (130 coordinates in 4,096 buckets: few
+  collide), and every rank reads the same value (AdaScale's LR is computed from it on each)."""
+  tf.keras.utils.set_random_seed(0)
+  model = tf.keras.Sequential([tf.keras.Input((12,)), tf.keras.layers.Dense(10)])
+  optimizer = tf.keras.optimizers.SGD(0.0)
+  optimizer.build(model.trainable_variables)
+  config = CommConfig("flat", compression="powersgd", powersgd_rank=1, compression_start=0)
+  compressor = make_powersgd(config, model.trainable_variables, seed=3)
+  rng = np.random.default_rng(21 + world.rank)
+  images = tf.constant(rng.standard_normal((8, 12)).astype(np.float32))
+  labels = tf.constant(rng.integers(0, 10, 8).astype(np.int32))
+  with tf.GradientTape() as tape:
+    loss = tf.keras.losses.CategoricalCrossentropy(from_logits=True)(tf.one_hot(labels, 10), model(images))
+  own = np.concatenate([g.numpy().ravel() for g in tape.gradient(loss, model.trainable_variables)])
+  exact = float(np.sum(np.mean(hvd.allgather(tf.constant(own[None])).numpy(), axis=0) ** 2))
+  train_step = step_lib.make_train_step(
+      model, optimizer, make_gradient_exchange(hvd, config, world), precision.for_precision("fp32"), 10,
+      noise=step_lib.RANKS, average=lambda x: hvd.allreduce(x, op=hvd.Average, name="noise_sketch"),
+      identical_norms=True, powersgd=compressor, compressing=lambda: tf.constant(True),
+      step=lambda: tf.constant(0, tf.int64), seed=5)
+  sketched = float(train_step(images, labels, tf.constant(0.0)).sq_big)
+  assert abs(sketched / exact - 1) < 0.05, (sketched, exact)
+  assert len(set(hvd.allgather_object(sketched, name="sketched_norms"))) == 1
 
 
 def check_auto(world):
