@@ -1,7 +1,9 @@
-"""bench/faults.py's pure parts: the report table and a partial run merged into the report."""
+"""bench/faults.py's pure parts: the report table (bench/faults_report.py) and a partial run merged into
+the report, a row's measurements merged (bench/faults_run.py), the progress lines issue 23's rows read
+(bench/faults_data.py)."""
 import json
 
-from bench import faults, faults_elastic
+from bench import faults, faults_data, faults_elastic, faults_report, faults_run
 
 ROW = {"fault": "sigterm-launcher-mpi", "what": "SIGTERM to horovodrun's pid", "launcher": "horovodrun MPI, 2 ranks",
        "seconds_to_gone": 3.2, "exit_status": -15, "step_at_fault": 30, "last_step": 31, "checkpoint_step": 31,
@@ -10,45 +12,45 @@ ROW = {"fault": "sigterm-launcher-mpi", "what": "SIGTERM to horovodrun's pid", "
 
 
 def test_table_has_before_and_after():
-  text = faults.table([ROW])
+  text = faults_report.table([ROW])
   header, rule, row = text.splitlines()
   assert header.count("|") == rule.count("|") == row.count("|") - 1 == 11  # the line's escaped | too
-  assert faults.BEFORE["sigterm-launcher-mpi"] in row and "`stopped: the launcher" in row
+  assert faults_report.BEFORE["sigterm-launcher-mpi"] in row and "`stopped: the launcher" in row
   assert "| -15 | 3.2 | 0 | 31 / 31 (0) | resumed from 31, exit 0 |  |" in row  # no promise of its own
   fresh = dict(ROW, fault="diverge-bf16", resumed_from=None, traceback=True)
-  assert "(new)" in faults.table([fresh]) and "(traceback)" in faults.table([fresh])
-  assert "fresh start, exit 0" in faults.table([fresh])
+  assert "(new)" in faults_report.table([fresh]) and "(traceback)" in faults_report.table([fresh])
+  assert "fresh start, exit 0" in faults_report.table([fresh])
 
 
 def test_a_row_with_a_promise_says_whether_it_was_kept_and_what_it_measured():
   kept = dict(ROW, fault="export-disk-full", kept=True, measured=["summary.json written", "export_error | in it"])
-  row = faults.table([kept]).splitlines()[2]
-  assert faults.BEFORE["export-disk-full"] in row
+  row = faults_report.table([kept]).splitlines()[2]
+  assert faults_report.BEFORE["export-disk-full"] in row
   assert row.endswith("| kept: summary.json written; export_error \\| in it |")
   broken = dict(kept, kept=False)
-  assert faults.table([broken]).splitlines()[2].endswith(
+  assert faults_report.table([broken]).splitlines()[2].endswith(
       "| **not kept**: summary.json written; export_error \\| in it |")
-  assert faults.promise(dict(ROW, kept=True)) == "kept" and faults.promise(ROW) == ""
+  assert faults_report.promise(dict(ROW, kept=True)) == "kept" and faults_report.promise(ROW) == ""
 
 
 def test_measurements_merge_and_a_broken_part_breaks_the_promise():
   row = dict(ROW)
-  faults._merge_measured(row, {"measured": ["first"], "kept": True, "before": {"epoch": 1.35}})
-  faults._merge_measured(row, {"measured": ["second"], "kept": False})
-  faults._merge_measured(row, {"measured": ["third"], "kept": True})
-  faults._merge_measured(row, None)
+  faults_run.merge_measured(row, {"measured": ["first"], "kept": True, "before": {"epoch": 1.35}})
+  faults_run.merge_measured(row, {"measured": ["second"], "kept": False})
+  faults_run.merge_measured(row, {"measured": ["third"], "kept": True})
+  faults_run.merge_measured(row, None)
   assert row["measured"] == ["first", "second", "third"] and row["kept"] is False and row["before"] == {"epoch": 1.35}
 
 
 def test_the_issue_23_rows_are_known_and_have_a_before():
   names = [f.name for f in faults.FAULTS]
   for name in ("resume-half-ranks", "missing-shard", "sigterm-long-eval", "export-disk-full"):
-    assert name in names and name in faults.BEFORE
-  assert "elastic-join-dies" in faults_elastic.NAMES and "elastic-join-dies" in faults.BEFORE
+    assert name in names and name in faults_report.BEFORE
+  assert "elastic-join-dies" in faults_elastic.NAMES and "elastic-join-dies" in faults_report.BEFORE
   half = next(f for f in faults.FAULTS if f.name == "resume-half-ranks")
-  assert half.resume_np == 1 and half.same_command and "the restart on 1 rank" in faults._launcher(half)
+  assert half.resume_np == 1 and half.same_command and "the restart on 1 rank" in faults_run.launcher_of(half)
   # A digits epoch trains the images of its whole global batches, the same at 64 and at 32.
-  assert faults._epoch_images(64) == faults._epoch_images(32) == 1472
+  assert faults_data._epoch_images(64) == faults_data._epoch_images(32) == 1472
 
 
 def test_progress_lines_are_read_for_the_epoch_and_the_lr():
@@ -56,7 +58,7 @@ def test_progress_lines_are_read_for_the_epoch_and_the_lr():
           "    1673.9 img/s  eta 0:00:10\n"
           "[1,0]<stderr>:epoch   1.37  step     63/184  loss 1.2000  top1 0.520  lr 0.06739    900.0 img/s"
           "  eta 0:00:20\n")
-  assert faults._progress(text) == [(1.35, 31, 0.13043), (1.37, 63, 0.06739)]
+  assert faults_data._progress(text) == [(1.35, 31, 0.13043), (1.37, 63, 0.06739)]
 
 
 def test_the_elastic_table_shows_a_joiner_that_died_in_its_set_up():
@@ -64,9 +66,9 @@ def test_the_elastic_table_shows_a_joiner_that_died_in_its_set_up():
          "seconds_to_training": 7.9, "steps_lost": [3, 0], "commit_every": 10, "seconds_to_join": None,
          "worlds": [2, 1, 1], "commit_ms": 16.8, "step_ms": 44.7, "commit_per_step": 0.0375, "exit_status": 0,
          "processes_left": 0, "final_top1": 0.9833, "replicas_identical": True, "killed_in_setup": True}
-  header, rule, line = faults_elastic.table([row], None, faults.BEFORE).splitlines()
+  header, rule, line = faults_elastic.table([row], None, faults_report.BEFORE).splitlines()
   assert header.count("|") == rule.count("|") == line.count("|") == 14
-  assert faults.BEFORE["elastic-join-dies"] in line and "| never: killed in its set-up |" in line
+  assert faults_report.BEFORE["elastic-join-dies"] in line and "| never: killed in its set-up |" in line
   assert "| 3, 0 (10) |" in line and "| 2 -> 1 -> 1 |" in line
   late = faults_elastic.table([dict(row, killed_in_setup=False)], None).splitlines()[2]
   assert "not the case measured" in late and "| (new) |" in late
@@ -78,8 +80,8 @@ def test_a_partial_run_replaces_its_rows_in_faults_order(tmp_path):
   path = tmp_path / "faults.json"
   old = [dict(ROW, fault="sigkill-rank-mpi"), dict(ROW, fault="diverge-fp32"), dict(ROW, fault="slurm-extra")]
   path.write_text(json.dumps({"rows": old, "wall_seconds": 100}))
-  rows, seconds = faults.merged([dict(ROW, fault="diverge-fp32", exit_status=3),
-                                 dict(ROW, fault="sigkill-rank-gloo")], str(path), 20)
+  rows, seconds = faults_report.merged([dict(ROW, fault="diverge-fp32", exit_status=3),
+                                        dict(ROW, fault="sigkill-rank-gloo")], str(path), 20, faults.ORDER)
   assert [r["fault"] for r in rows] == ["sigkill-rank-mpi", "sigkill-rank-gloo", "diverge-fp32", "slurm-extra"]
   assert rows[2]["exit_status"] == 3 and seconds == 120
-  assert faults.merged([ROW], str(tmp_path / "none.json"), 5) == ([ROW], 5)
+  assert faults_report.merged([ROW], str(tmp_path / "none.json"), 5, faults.ORDER) == ([ROW], 5)

@@ -1,0 +1,140 @@
+"""results/faults.{md,json}: `make faults`' report (bench/faults.py), its table from the rows (pure:
+rows in, markdown out), a partial run's rows merged into the report, and the elastic rows' own file
+(results/faults_elastic.json) and section.
+"""
+import json
+import os
+
+from bench import faults_elastic
+from bench.faults_run import BASE_ARGS, FAULT_AT_STEP, GONE_TIMEOUT_S, Fault, launcher_of
+from progress import emit, write_json_atomic
+
+# What a new user saw before this work (issue 10, 2 ranks, digits, --checkpoint_every=20).
+BEFORE = {
+    "sigkill-rank-mpi": "the job ends in 1.5 s, exit 137 (good)",
+    "sigkill-rank-gloo": "the job ends in 0.5 s, exit 1 (good)",
+    "sigterm-launcher-mpi": "horovodrun exits 143 at once; mpirun and both ranks go on training to "
+                            "the end of the run, still alive 9 minutes after the signal",
+    "sigint-launcher-mpi": "nothing happens for 60 s and more",
+    "sigstop-rank-mpi": "the job hangs for ever; with HOROVOD_STALL_CHECK_TIME_SECONDS=10 not one "
+                        "stall line in 90 s",
+    "truncated-checkpoint": "the restart dies with `IndexError: Read less bytes than requested` and a "
+                            "traceback; the older, intact checkpoints are never tried",
+    "disk-full": "a `ResourceExhaustedError` traceback",
+    "diverge-fp32-1rank": "60 steps of NaN loss, exit status 0, `final_loss: NaN` in summary.json, and a "
+                          "false warning \"ranks hold different weights after training\" on a one-rank run",
+    # Issue 23.
+    "resume-half-ranks": "read step 46 at global batch 64 as epoch 1.0 at 32, warmed up again and trained 5 "
+                         "epochs for 4; no line warned",
+    "missing-shard": "each rank counted its own files: different steps per epoch, a stall at the first evaluation",
+    "sigterm-long-eval": "the SIGKILL that follows SIGTERM within 10 s lost the whole epoch: the save came after "
+                         "the evaluation",
+    "export-disk-full": "a traceback, exit 1, and no summary.json",
+    "elastic-join-dies": "every survivor ended: the sync broadcast is outside Horovod's recovery",
+}
+
+
+def table(rows: list[dict]) -> str:
+  """results/faults.md's table: per fault, before and after (pure: rows in, markdown out)."""
+  out = ["| fault | launcher | before | after: what the user saw | exit | s to gone | left | "
+         "step / checkpoint (lost) | restart | the row's promise, measured |", "|---" * 10 + "|"]
+  for r in rows:
+    restart = (f"resumed from {r['resumed_from']}, exit {r['resume_exit_status']}" if r["resumed_from"] is not None
+               else f"fresh start, exit {r['resume_exit_status']}")
+    line = r["line"].replace("|", "\\|")
+    out.append(f"| {r['fault']}: {r['what']} | {r['launcher']} | {BEFORE.get(r['fault'], '(new)')} | "
+               f"`{line}`{' (traceback)' if r['traceback'] else ''} | {r['exit_status']} | "
+               f"{r['seconds_to_gone']} | {r['processes_left']} | {r['last_step']} / "
+               f"{r['checkpoint_step']} ({r['steps_lost']}) | {restart} | {promise(r)} |")
+  return "\n".join(out)
+
+
+def promise(row: dict) -> str:
+  """The last cell: whether the row kept what it promises (docs/faults.md), then what it measured;
+  empty for rows whose promise is the other columns alone."""
+  if "kept" not in row:
+    return ""
+  said = "; ".join(row.get("measured", [])).replace("|", "\\|")
+  return f"{'kept' if row['kept'] else '**not kept**'}: {said}" if said else ("kept" if row["kept"] else "**not kept**")
+
+
+def write_report(rows: list[dict], out_dir: str, seconds: float) -> None:
+  os.makedirs(out_dir, exist_ok=True)
+  write_json_atomic(os.path.join(out_dir, "faults.json"), {"rows": rows, "wall_seconds": round(seconds)})
+  with open(os.path.join(out_dir, "faults.md"), "w") as fh:
+    fh.write(f"""# Faults against real launches (`make faults`)
+
+Written by `python -m bench.faults` ({len(rows)} faults, {seconds / 60:.1f} minutes). Each fault: train.py
+on the digits set under horovodrun, 2 ranks on one host unless the row says otherwise,
+`{' '.join(BASE_ARGS)}`, the fault once rank 0 reported step {FAULT_AT_STEP}
+(the diverging rows resume a healthy 20-step run with `--base_lr=1e6`). "s to gone": from the
+fault to the last process of the job gone (every pid the job had is tracked). "left": processes
+still alive {GONE_TIMEOUT_S} s after the fault (then killed by pid). "step / checkpoint (lost)":
+the last step rank 0 reported, the newest checkpoint, the steps a restart repeats. "restart": the
+same command again (a sane LR for the diverged rows; for the rows whose promise covers the whole
+run, the command as it was, to its end). "the row's promise, measured": what those rows measured
+against the promise docs/faults.md states for them (the processes left and the restart's exit
+included). Exit statuses: 75 stopped by a signal after a
+checkpoint (resumable), 5 a peer lost (another rank died), 4 stalled, 3 diverged, 2 bad input;
+horovodrun killed by the signal itself shows as a negative number (-15: SIGTERM). How each fault
+is handled: docs/faults.md.
+
+{table(rows)}
+{elastic_section(out_dir)}""")
+
+
+ELASTIC_REPORT = "faults_elastic.json"
+
+
+def write_elastic(rows: list[dict], commit: dict | None, out_dir: str) -> None:
+  """The elastic rows in their own file, in place of the same faults' rows (so --only keeps the others)."""
+  path = os.path.join(out_dir, ELASTIC_REPORT)
+  old = json.load(open(path)) if os.path.exists(path) else {"rows": [], "resnet50_commit": None}
+  by_name = {r["fault"]: r for r in old["rows"]} | {r["fault"]: r for r in rows}
+  write_json_atomic(path, {"rows": list(by_name.values()), "resnet50_commit": commit or old["resnet50_commit"]})
+
+
+def elastic_section(out_dir: str) -> str:
+  """results/faults.md's elastic section, from faults_elastic.json when it exists."""
+  path = os.path.join(out_dir, ELASTIC_REPORT)
+  if not os.path.exists(path):
+    return ""
+  with open(path) as fh:
+    report = json.load(fh)
+  return f"""
+## Elastic training: a host lost, and back (`--elastic`)
+
+{faults_elastic.__doc__.split(chr(10) * 2, 2)[2].strip().replace("LOSE_AT", str(faults_elastic.LOSE_AT))
+    .replace("JOIN_FROZEN_S", f"{faults_elastic.JOIN_FROZEN_S} s")}
+
+{faults_elastic.table(report["rows"], report["resnet50_commit"], BEFORE)}
+"""
+
+
+def old_seconds(path: str) -> float:
+  if not os.path.exists(path):
+    return 0.0
+  with open(path) as fh:
+    return json.load(fh).get("wall_seconds", 0)
+
+
+def failed_row(fault: Fault, error: Exception) -> dict:
+  """The row of a fault whose measurement failed: the reason in the line, nothing measured."""
+  emit(f"faults: {fault.name}: not measured: {str(error).splitlines()[0]}")
+  return {"fault": fault.name, "what": fault.what, "launcher": launcher_of(fault), "seconds_to_gone": None,
+          "exit_status": None, "step_at_fault": None, "last_step": None, "checkpoint_step": None,
+          "processes_left": None, "line": f"not measured: {str(error).splitlines()[0]}", "traceback": False,
+          "steps_lost": None, "resumed_from": None, "resume_exit_status": None}
+
+
+def merged(rows: list[dict], path: str, seconds: float, order: list[str]) -> tuple[list[dict], float]:
+  """These rows in place of the same faults' rows of the report at path, in `order` (the names of
+  bench/faults.FAULTS; the others, Slurm's, after them as they came)."""
+  if not os.path.exists(path):
+    return rows, seconds
+  with open(path) as fh:
+    old = json.load(fh)
+  by_name = {r["fault"]: r for r in old["rows"]} | {r["fault"]: r for r in rows}
+  order = list(order) + [name for name in by_name if name not in order]
+  return [by_name[name] for name in order if name in by_name], old.get("wall_seconds", 0) + seconds
+
