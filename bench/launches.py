@@ -221,8 +221,9 @@ BLACKLIST_COOLDOWN_S = (2, 4)
 
 class Hosts:
   """Emulated hosts (scripts/cluster/cluster.sh: a network namespace each, on a subnet of
-  198.18.0.0/15, links unshaped) for elastic launches: a host is lost by SIGKILLing the job's
-  processes in its namespace, found by pid, and comes back when the hosts file lists it again.
+  198.18.0.0/15, links unshaped, or at `rate`, tc's, e.g. 20mbit) for elastic launches: a host is
+  lost by SIGKILLing the job's processes in its namespace, found by pid, and comes back when the
+  hosts file lists it again.
   A cluster of the caller's own name and subnet: one a user has up is never touched.
 
   `names`: the `count` hosts ranks run on. horovodrun runs on a head host of its own (`head`,
@@ -231,15 +232,15 @@ class Hosts:
   (its driver orders new hosts by iterating a set), and a test that lost the host without rank
   0 lost horovodrun half the time, leaving rank 0 orphaned (CI saw it wait out its bound)."""
 
-  def __init__(self, name: str, subnet: str, count: int, hosts_file: str):
-    self.name, self.hosts_file = name, hosts_file
+  def __init__(self, name: str, subnet: str, count: int, hosts_file: str, rate: str = "none"):
+    self.name, self.hosts_file, self.rate = name, hosts_file, rate
     self.head = f"{name}-h1"
     self.names = tuple(f"{name}-h{i + 2}" for i in range(count))
     self.env = dict(env(), CLUSTER=name, CLUSTER_SUBNET=subnet, ELASTIC_HOSTS=hosts_file)
 
   def up(self) -> str | None:
     """None once the hosts (and the head) are up, else why not (nothing is left up then)."""
-    done = subprocess.run(["bash", CLUSTER_SH, "up", str(len(self.names) + 1), "none"], env=self.env,
+    done = subprocess.run(["bash", CLUSTER_SH, "up", str(len(self.names) + 1), self.rate], env=self.env,
                           capture_output=True, text=True, timeout=120)
     if done.returncode:
       self.down()
