@@ -134,6 +134,17 @@ class FakeRun(shape.Run):
     return None
 
 
+INPUTS = {}  # the inputs the pairs build, kept: an Input deals each epoch afresh, so it can serve again
+
+
+def built(data_config, world):
+  """This simulated rank's input (pipeline.build, as train.py's), built once per shape and data set."""
+  key = (data_config.data_dir, data_config.batch_size, data_config.accumulation_steps, world.size, world.rank)
+  if key not in INPUTS:
+    INPUTS[key] = pipeline.build(data_config, world, 1, elastic=True)
+  return INPUTS[key]
+
+
 def parts_for(tmp, rank: int, plan: Plan, record: Record) -> shape.Parts:
   saver = Saver(tf.train.Checkpoint(step=tf.Variable(0)), tmp, keep=2, log=lambda *a: None, floating=[])
   parts = shape.Parts(
@@ -142,7 +153,7 @@ def parts_for(tmp, rank: int, plan: Plan, record: Record) -> shape.Parts:
       step_var=tf.Variable(0, dtype=tf.int64), watchdog=Watchdog(rank, 2, 0, tmp),  # floor 0: never fires
       stop_request=types.SimpleNamespace(code=0), noise=types.SimpleNamespace(b_simple=400.0, restore=lambda s: None),
       controller=Controller(plan), evaluator=lambda data: lambda on_batch: HeldOut(0.5, 0.9, 1.0, 300),
-      agree=lambda: None, input_for=lambda config, world: pipeline.build(config.data, world, 1, elastic=True),
+      agree=lambda: None, input_for=lambda config, world: built(config.data, world),
       log=lambda *a: None, clock=lambda: 1.0, use_powersgd=tf.Variable(False))
   parts.record, parts.plan = record, plan
   return parts
@@ -208,7 +219,7 @@ def run_pair(tmp, first: str, second: str):
     endings, finals = [], {}  # the ranks of the last world
     for rank in range(size):
       config, world = config_for(tmp, size), world_of(size, rank)
-      data = pipeline.build(config.data, world, 1, elastic=True)
+      data = built(config.data, world)
       state = states[rank]
       state.position = modes.Fixed(None, world)._for_world(state.position, config, data) if not later else \
           state.committed.world_changed()
