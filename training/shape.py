@@ -82,8 +82,17 @@ def controller_for(config, noise, log, agree):
   if not (config.data.adaptive or compression == "auto"):
     return None
   compressions = {"auto": (NONE, POWERSGD), "powersgd": (POWERSGD,)}.get(compression, (NONE,))
-  return batch_control.Controller(config.data.batch_size, config.optim.base_batch, config.data.decide_every, noise,
-                                  agree=agree, log=log, compressions=compressions)
+  return batch_control.Controller(config.data.batch_size, config.optim.base_batch, config.data.decide_every,
+                                  noise or Unmeasured(), agree=agree, log=log, compressions=compressions)
+
+
+class Unmeasured:
+  """The noise scale of a run that does not measure it (--noise_scale=false with --compression=auto at a
+  fixed K): no B_simple, so the controller keeps K and chooses the exchange alone (r is the same either way)."""
+  b_simple = None
+
+  def b_simple_range(self):
+    return None
 
 
 class Run:
