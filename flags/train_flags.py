@@ -41,7 +41,7 @@ def build_config(f, world: World, base_batch: int = 0, later_world: bool = False
   optim_config = optim.build(f, data_config.batch_size, pinned=base_batch)
   faults_config = faults.build(f)
   if not run_config.eval_only:  # what the noise scale needs to train; an evaluation on 1 rank needs none of it
-    _check_adascale(optim_config, run_config, data_config, world)
+    _check_adascale(optim_config, run_config, data_config, world, resumed=bool(base_batch) or later_world)
   if run_config.eval_only:
     if faults_config.elastic:
       raise ConfigError("--eval_only evaluates a checkpoint in one fixed world; drop --elastic (and launch "
@@ -54,8 +54,10 @@ def build_config(f, world: World, base_batch: int = 0, later_world: bool = False
                 evaluation=evaluation.build(f, data_config.dataset), world=world)
 
 
-def _check_adascale(optim_config, run_config, data_config, world: World) -> None:
-  """AdaScale's gain comes from the noise scale: without it the LR would stay the base batch's."""
+def _check_adascale(optim_config, run_config, data_config, world: World, resumed: bool = False) -> None:
+  """AdaScale's gain comes from the noise scale: without it the LR would stay the base batch's.
+  resumed: a run that has trained (a requeue, a later elastic world), whose estimates it goes on from
+  where one rank without accumulation cannot measure them (the run says so)."""
   if data_config.adaptive and not optim_config.adascale_base:
     raise ConfigError("--batch_policy=adaptive changes the global batch during the run, which only AdaScale's "
                       "LR follows (the linear rule would jump the LR at each change); add --lr_scaling=adascale.")
@@ -65,7 +67,7 @@ def _check_adascale(optim_config, run_config, data_config, world: World) -> None
   if not run_config.noise_scale:
     raise ConfigError("--lr_scaling=adascale takes its gain from the gradient noise scale; drop "
                       "--noise_scale=false.")
-  if world.size == 1 and data_config.accumulation_steps == 1 and not data_config.adaptive:  # adaptive: K >= 2 there
+  if world.size == 1 and data_config.accumulation_steps == 1 and not data_config.adaptive and not resumed:
     raise ConfigError(f"--lr_scaling=adascale at global batch {data_config.global_batch} (base batch "
                       f"{optim_config.base_batch}) needs the noise scale, which one rank measures only with "
                       "--accumulation_steps >= 2; add it, or launch 2+ ranks.")

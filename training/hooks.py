@@ -84,6 +84,9 @@ class Measuring(Hook):
       if tracker is not None and not tracker.steps:
         log("noise scale: not measured: one rank without accumulation has one gradient a step (2+ ranks "
             "or --accumulation_steps >= 2 give the two it compares)")
+      elif tracker is not None and tracker.b_simple is not None:  # a requeue or a world of one rank
+        log("noise scale: not measured in this world (one rank without accumulation has one gradient a step); "
+            "AdaScale's gain goes on from the estimates the run had, B_simple %.0f", tracker.b_simple)
       return None, None
     kind, b_small, b_big = sizes
     return kind, cls(tracker, b_small, b_big, keep)

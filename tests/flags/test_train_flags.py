@@ -161,6 +161,11 @@ def test_a_default_base_batch_is_the_first_worlds_and_a_requeue_onto_other_ranks
   assert flags.saved_base_batch(str(tmp_path)) == 32
   pinned = flags.build_config(one, World(size=1), base_batch=flags.saved_base_batch(str(tmp_path)))
   assert pinned.optim.base_batch == 32 and pinned.data.batch_size == 32 and pinned.data.global_batch == 64
+  # The same command, no accumulation: one rank cannot measure the noise scale, which a fresh run needs
+  # (refused); a requeued run goes on from its estimates (training/hooks.Measuring says so).
+  same = values(model_dir=str(tmp_path), lr_scaling="adascale", global_batch_size=64)
+  assert "--accumulation_steps" in error(World(size=1), lr_scaling="adascale", global_batch_size=64, base_batch=32)
+  assert flags.build_config(same, World(size=1), base_batch=32).optim.base_batch == 32
   # Given explicitly, it is the run's identity: another one is refused, as before.
   other = flags.build_config(values(model_dir=str(tmp_path), lr_scaling="adascale", base_batch=16), World(size=2))
   assert "--base_batch=32, not 16" in flags.check_paths(other)[0]
