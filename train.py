@@ -58,8 +58,7 @@ def main(argv):
   try:
     train(stop_request)
   except Exception as e:  # noqa: BLE001  (anything else is re-raised with its traceback)
-    reason = sync.peer_failure(e)
-    if reason is None:
+    if (reason := sync.peer_failure(e)) is None:
       raise
     report.peer_lost(reason, stop_request, checkpoints.newest(FLAGS.model_dir) if FLAGS.model_dir else None)
 
@@ -82,7 +81,7 @@ def train(stop_request: signals.StopRequest):
   mode.start(state)
   config = pinned(config, world, mode.position)  # AdaScale's base batch, as the run pinned it, on every rank
   watchdog.progress(int(step_var), "setup", timed=False)
-  # Horovod: one allreduce of the evaluation's sums over ranks, and a small one a batch that agrees a stop.
+  # Horovod: the evaluation's sums in one allreduce over ranks, and a stop agreed before each batch.
   evaluator = evaluation.over_ranks(hvd, step_lib.make_eval_step(model), lambda: stop_request.code)
   if config.run.eval_only:  # --eval_only: the checkpoint's held-out metrics, nothing trained or written
     return ending.evaluate_checkpoint(hvd, config, world, mode, data, evaluator(data), saver, int(step_var),
@@ -176,43 +175,44 @@ def model_and_optimizer(config, info, log):
 
 # ------------------------------------------------------------- checkpoint --
 def restore(config, world, mode, model, optimizer, loss_scale, powersgd, data):
-  """The step variable and the saver, after rank 0 restored the newest checkpoint (if any; the mode
-  shares it) and pinned AdaScale's base batch. training/saving.py: every save agrees on finite weights
-  first; training/checkpoints.py: saves are atomic, a damaged newest checkpoint is set aside."""
+  """The step variable and the saver, after rank 0 restored the newest checkpoint (if any; the mode shares
+  it) and pinned AdaScale's base batch (training/saving.py, training/checkpoints.py: atomic, fault-proof)."""
   step_var, saver = saving.Saver.of_model(model, optimizer, config.run, mode.log, loss_scale=loss_scale,
                                           any_rank=lambda flag: sync.any_rank(hvd, flag, "nonfinite_state"),
-                                          # Horovod: PowerSGD's residuals averaged in one grouped allreduce before a save.
+                                          # Horovod: PowerSGD's residuals averaged (one grouped allreduce) before a save.
                                           powersgd=powersgd, average=lambda tensors: hvd.grouped_allreduce(
                                               tensors, op=hvd.Average, name="powersgd_residuals"))
   if not world.is_chief:
     return step_var, saver
   export.remove_leftovers(config.run.model_dir, mode.log)
   try:
-    if saver.writer().restore_newest() is not None:
-      mode.restored(saver.newest, int(step_var), saver.restored_position(int(step_var)), config, data)
-    elif config.run.eval_only:  # every checkpoint was unreadable (each set aside with a line)
+    found = saver.writer().restore_newest() is not None
+    if not found and config.run.eval_only:  # every checkpoint was unreadable (each set aside with a line)
       raise checkpoints.CheckpointError(f"--eval_only found no readable checkpoint in {config.run.model_dir}.")
   except checkpoints.CheckpointError as e:
     fail(str(e))
-  if config.optim.adascale_base:  # pinned at the run's first world: its position's, config.json's, or this one
-    base = mode.position.base_batch or flags.saved_base_batch(config.run.model_dir) or config.optim.base_batch
-    mode.position = dataclasses.replace(mode.position, base_batch=base)
+  position = saver.restored_position(int(step_var)) if found else None
+  base = config.optim.adascale_base and ((position or mode.position).base_batch or  # pinned at the first world
+                                         flags.saved_base_batch(config.run.model_dir) or config.optim.base_batch)
+  config = pinned(config, world, dataclasses.replace(mode.position, base_batch=base))
+  if found:  # the line that says where it resumes, at the pinned clock
+    mode.restored(saver.newest, int(step_var), position and dataclasses.replace(position, base_batch=base), config,
+                  data)
+  mode.position = dataclasses.replace(mode.position, base_batch=base)
   if not config.run.eval_only:  # --eval_only leaves the run's config.json as it is
-    config = pinned(config, world, mode.position)
     write_json_atomic(os.path.join(config.run.model_dir, flags.CONFIG_FILE),
                       {"identity": flags.checkpoint_identity(config), "config": config.to_json()})
   return step_var, saver
 
 
 def pinned(config, world, position):
-  """The config at AdaScale's base batch as the run pinned it at its first world (position.base_batch),
-  where --base_batch was left to its default: a requeue onto another node count reads the same clock."""
+  """The config at AdaScale's base batch as pinned at the run's first world (position.base_batch): a requeue."""
   base = position.base_batch
   if not config.optim.adascale_base or not base or config.optim.base_batch_given or base == config.optim.base_batch:
     return config
   try:
     return flags.build_config(FLAGS, world, base_batch=base)
-  except flags.ConfigError as e:  # a pinned B0 the flags do not admit on this world (an AdaScale check)
+  except flags.ConfigError as e:  # a pinned B0 the flags do not admit on this world
     fail(str(e))
 
 
