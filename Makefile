@@ -119,6 +119,10 @@ plan:  ## ranks and global batch to a target soonest, from the noise scale and t
 adaptive: ops  ## AdaScale and --batch_policy=adaptive against fixed batches on Fashion-MNIST, 2 ranks, 2 seeds: one budget of base-batch epochs at S = 1, 8, 32 (linear rule vs AdaScale, also given AdaScale's updates), the scale changed 8 -> 32 -> 8 and an elastic world 2 -> 1 -> 2 hosts, time to 0.85 (adaptive vs batch 64 at its searched LR); writes results/adaptive.{md,json,png} (ARGS="--only=target", "--quick --out_dir=/tmp/ad": a smoke run)
 	$(PY) -m bench.adaptive $(ARGS)
 
+.PHONY: slow-links
+slow-links: ops  ## stock Horovod (3 fixed batches) against ours (flat + compression auto, adaptive K, both, both with a host lost and back) to a held-out top-1 on Fashion-MNIST, 2 and 4 emulated hosts (root) at 20 Mbit/s and unshaped, 2 seeds, plus final top-1 at equal epochs; bytes counted on the links; writes results/slow_links.{md,json,png} (ARGS="--quick": a smoke run into runs/slow_links-quick/; ARGS="--reuse" resumes)
+	$(PY) -m bench.slow_links $(ARGS)
+
 .PHONY: noise-scale
 noise-scale: ops  ## the gradient noise scale against real training: steps to a held-out target on Fashion-MNIST at global batches 64..4,096 (2 ranks, accumulation), the S_min/E_min fit, B_crit / B_simple; ~3 hours; writes results/noise_scale.{md,json,png} (ARGS="--cost": its cost per step; ARGS="--quick --out_dir=/tmp/ns": a smoke run)
 	$(PY) -m bench.noise_scale $(ARGS)
