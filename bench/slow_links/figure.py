@@ -24,7 +24,7 @@ def plot(result: dict, path: str) -> None:
   entries = result["summary"]
   if not entries:
     return
-  fig, axes = plt.subplots(1, len(entries), figsize=(4.6 * len(entries), 4.2), squeeze=False)
+  fig, axes = plt.subplots(1, len(entries), figsize=(max(7.0, 4.2 * len(entries)), 4.6), squeeze=False)
   for ax, e in zip(axes[0], entries):
     labelled = rows(result["runs"], e["rate"], e["hosts"])
     for y, (label, rs) in enumerate(labelled):
@@ -43,10 +43,11 @@ def plot(result: dict, path: str) -> None:
     ratio = e.get("ratio_to_stock")
     ax.set_title(f"{link}, {e['hosts']} hosts: joint / stock's best "
                  + ("-" if ratio is None else f"{ratio:.2f}x"), fontsize=8)
-    ax.set_xlabel("seconds to target (bar: median; dot: a seed; x: not reached, where it ended)", fontsize=7)
+    ax.set_xlabel("s to target (bar: median, dot: a seed, x: missed, at its end)", fontsize=7)
     ax.grid(axis="x", alpha=0.3)
-  fig.suptitle(f"ResNet-8 on Fashion-MNIST to held-out top-1 {result['setup']['target']:g}: stock Horovod against "
-               "ours on emulated hosts", fontsize=9)
+  fig.suptitle(f"ResNet-8 on Fashion-MNIST to held-out top-1 {result['setup']['target']:g}\nstock Horovod against "
+               "ours on emulated hosts" + (" (smoke run: numbers meaningless)" if result["setup"].get("quick") else ""),
+               fontsize=9)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)

@@ -116,7 +116,7 @@ def run_fixed(key: dict, flags: list[str], model_dir: str, hosts: Hosts, reuse: 
                    {"left_running": sorted(left), "timed_out": bool(left)})
 
 
-def _wait(job: Job, until: float, predicate=lambda text: True, bound: float = 900) -> bool:
+def _wait(job: Job, until: float, predicate, bound: float) -> bool:
   """Until `until` (time.time()) has passed and predicate(rank 0's log) holds, or the job ended
   (False) or `bound` seconds passed past `until` (False)."""
   while True:
@@ -145,17 +145,20 @@ def run_lost(key: dict, flags: list[str], model_dir: str, hosts: Hosts, schedule
   before = link_counters(hosts)
   start = time.time()
   events = {"lose_planned_s": schedule[0], "back_planned_s": schedule[1]}
+  deadline = start + timeout  # every wait within the run's bound
   with Job(model_dir, *flags, launcher=hosts.launcher(n, 1, n), extra_env=hosts.env) as job:
-    if _wait(job, start + schedule[0], lambda text: STARTED.search(text) is not None):
+    def wait(until, predicate):
+      return _wait(job, until, predicate, bound=max(0.0, deadline - until))
+    if wait(start + schedule[0], lambda text: STARTED.search(text) is not None):
       rank0 = hosts.host_of_rank(job, 0)
       lost = [h for h in hosts.names if h != rank0][-1]
       events.update(lost_host=lost, lost_at_s=round(time.time() - start, 1), killed=hosts.lose(job, lost))
-      if _wait(job, start + schedule[1], lambda text: len(world_sizes(text)) >= 2 and world_sizes(text)[1] < n):
+      if wait(start + schedule[1], lambda text: len(world_sizes(text)) >= 2 and world_sizes(text)[1] < n):
         hosts.publish(*hosts.names)
         events["back_at_s"] = round(time.time() - start, 1)
-        if _wait(job, time.time(), lambda text: regrown(text, n) is not None, bound=600):
+        if wait(time.time(), lambda text: regrown(text, n) is not None):
           events["rejoined_at_s"] = round(time.time() - start, 1)
-    _, left = job.wait_gone(max(1.0, timeout - (time.time() - start)))
+    _, left = job.wait_gone(max(1.0, deadline - time.time()))
     after = link_counters(hosts)
     events["worlds_logged"] = world_sizes(job.stderr())
     return _record({**key, "flags": flags}, model_dir, job, start, before, after,

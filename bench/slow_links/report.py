@@ -96,7 +96,8 @@ def configuration_section(result: dict, e: dict) -> list[str]:
     if r.get("timed_out") or r.get("exit"):
       extra += (f"; **ended by the study's bound after {r['wall_seconds']:.0f} s**" if r.get("timed_out")
                 else f"; exit {r['exit']}") + (f" ({r['hang']})" if r.get("hang") else "")
-    out.append(f"- {r['arm']} seed {r['seed']}: {trace(r)}{extra}")
+    starts = f" (start: {r['start_line']})" if r.get("start_line") else ""
+    out.append(f"- {r['arm']} seed {r['seed']}: {trace(r)}{extra}{starts}")
   return out + [""]
 
 
@@ -173,9 +174,20 @@ def setup_lines(s: dict) -> list[str]:
       ""]
 
 
+def rejoins(result: dict) -> list[str]:
+  """A line when a lost host, listed again, did not rejoin (no world of full size after it)."""
+  lost = [r for r in result["runs"] if r["arm"] == "lost" and (r.get("loss") or {}).get("back_at_s") is not None]
+  stuck = [r for r in lost if r["loss"].get("rejoined_at_s") is None]
+  if not stuck:
+    return []
+  return [f"- **A lost host did not rejoin in {len(stuck)} of {len(lost)} lost-host runs** that listed it again "
+          f"({', '.join(r['name'] for r in stuck)}): no world of full size formed after it, and the run is not "
+          "a measurement of the arm's target; its stderr.log under the runs directory says where it stopped.", ""]
+
+
 def limits(result: dict) -> list[str]:
   s = result["setup"]
-  return [
+  return [*rejoins(result),
       "- **Final top-1 is at the stop**: every time-to-target run ends at its first evaluation at or past the "
       f"target, so its final top-1 is within one evaluation ({s['eval_images']:,} images) of {s['target']:g}; "
       "the budget part compares top-1 at equal epochs.",

@@ -121,6 +121,7 @@ def test_the_report_renders_the_summary_the_verdicts_and_the_traces(result, tmp_
   assert "| stock Horovod (best) | 128 | 2/2 | 200 (190-210) |" in text
   assert "- joint seed 0: K1 powersgd; u50 K1->2 (try)" in text
   assert "host lost at 27 s (planned 26.7)" in text and "worlds [2, 1, 2]" in text
+  assert "A lost host did not rejoin in 1 of 1 lost-host runs" in text  # listed again, no rejoined_at_s
   assert "| stock Horovod, linear rule | 20 Mbit/s | 2 | 128 | 0.8800 |" in text  # the budget part
   saved = json.loads((tmp_path / "slow_links.json").read_text())  # strict JSON: infinities as null
   assert saved["summary"][0]["ratio_to_stock"] == pytest.approx(0.5)
