@@ -4,7 +4,7 @@
   python -m bench.faults --only sigterm-launcher-mpi,sigstop-rank-gloo
 
 Each fault starts train.py under horovodrun (2 ranks, digits, a checkpoint
-every CHECKPOINT_EVERY steps) in a session of its own, waits until training
+every 5 steps: faults_run.BASE_ARGS) in a session of its own, waits until training
 runs, does the fault (a signal to the launcher or to one rank, a truncated
 checkpoint, a full disk, a diverging LR), and measures: the time from the
 fault to the last process of the job gone, the exit status, the step at the
@@ -15,9 +15,14 @@ the line the user saw. Then the same command again, which must resume.
 The multi-process tests (tests/multiprocess/test_faults.py) assert the same properties
 through bench/launches.py's Job; only this program reports times.
 
-This file is the table of faults and the program; a row's launch is bench/faults_run.py's, issue
-23's measurements bench/faults_data.py's, the report bench/faults_report.py's, and the Slurm and
-elastic rows bench/faults_slurm.py's and bench/faults_elastic.py's.
+Every row ends with a verdict, kept or not, computed from what it measured against what
+docs/faults.md promises for it; results/faults.json records the commit each row was measured at
+(git rev-parse HEAD, and whether the tree was dirty), and the report says it.
+
+This file is the table of faults and the program; a row's launch is bench/faults_run.py's, the
+verdicts of the rows whose promise is their columns bench/faults_verdicts.py's, issue 23's
+measurements bench/faults_data.py's, the report bench/faults_report.py's, and the Slurm and elastic rows bench/faults_slurm.py's and
+bench/faults_elastic.py's.
 """
 import argparse
 import os
@@ -30,13 +35,14 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from bench import faults_elastic, faults_slurm  # noqa: E402
+from bench import faults_elastic, faults_slurm, faults_verdicts as v  # noqa: E402
 from bench.faults_data import (  # noqa: E402
     DATA_ARGS, EXPORT_ARGS, EXPORT_TMPFS, HALF_EPOCHS, HALF_STOP_AT, LONG_EVAL_ARGS, LONG_EVAL_COPIES, MISSING,
     _data_root, export_measure, export_resume, half_ranks_after, half_ranks_before, long_eval_measure,
     long_eval_program, long_eval_resume, long_eval_setup, missing_shard_measure, missing_shard_restore,
     missing_shard_resume, missing_shard_setup, remove_data, sigterm_in_eval)
-from bench.faults_report import failed_row, merged, old_seconds, table, write_elastic, write_report  # noqa: E402
+from bench.faults_report import (  # noqa: E402
+    failed_row, measured_at, merged, old_seconds, stamped, table, write_elastic, write_report)
 from bench.faults_run import (  # noqa: E402
     Fault, _signal, _signal_group, _signal_ranks, both, prior_run, remount, run_fault, tmpfs, truncate_newest)
 from bench.launches import per_rank_data_dir  # noqa: E402
@@ -45,30 +51,34 @@ from progress import emit  # noqa: E402
 
 FAULTS = [
     # The issue's eight first: an interrupted run has measured those.
-    Fault("sigkill-rank-mpi", "SIGKILL to rank 1", _signal(signal.SIGKILL, 1)),
-    Fault("sigkill-rank-gloo", "SIGKILL to rank 1", _signal(signal.SIGKILL, 1), gloo=True),
-    Fault("sigterm-launcher-mpi", "SIGTERM to horovodrun's pid", _signal(signal.SIGTERM)),
-    Fault("sigint-launcher-mpi", "SIGINT to horovodrun's pid", _signal(signal.SIGINT)),
-    Fault("sigstop-rank-mpi", "SIGSTOP to rank 1 (a hung GPU or file system)", _signal(signal.SIGSTOP, 1)),
+    Fault("sigkill-rank-mpi", "SIGKILL to rank 1", _signal(signal.SIGKILL, 1), verdict=v.rank_killed),
+    Fault("sigkill-rank-gloo", "SIGKILL to rank 1", _signal(signal.SIGKILL, 1), gloo=True, verdict=v.rank_killed),
+    Fault("sigterm-launcher-mpi", "SIGTERM to horovodrun's pid", _signal(signal.SIGTERM), verdict=v.stopped),
+    Fault("sigint-launcher-mpi", "SIGINT to horovodrun's pid", _signal(signal.SIGINT), verdict=v.ignored),
+    Fault("sigstop-rank-mpi", "SIGSTOP to rank 1 (a hung GPU or file system)", _signal(signal.SIGSTOP, 1),
+          verdict=v.stalled(1)),
     Fault("truncated-checkpoint", "the newest checkpoint's data cut to half, then the same command",
-          None, args=("--max_steps=25",), at_step=0, setup=both(prior_run(20), truncate_newest)),
+          None, args=("--max_steps=25",), at_step=0, setup=both(prior_run(20), truncate_newest), verdict=v.damaged),
     Fault("disk-full", "--model_dir on a 6 MB tmpfs: the third checkpoint does not fit", None,
-          at_step=0, setup=tmpfs("6m")[0], teardown=tmpfs("6m")[1], before_resume=remount("64m")),
+          at_step=0, setup=tmpfs("6m")[0], teardown=tmpfs("6m")[1], before_resume=remount("64m"), verdict=v.disk_full),
     Fault("diverge-fp32-1rank", "--base_lr=1e6, fp32, one rank", None,
-          args=("--base_lr=1e6", "--warmup_epochs=0"), np_=1, at_step=0, setup=prior_run(20)),
-    Fault("sigterm-launcher-gloo", "SIGTERM to horovodrun's pid", _signal(signal.SIGTERM), gloo=True),
+          args=("--base_lr=1e6", "--warmup_epochs=0"), np_=1, at_step=0, setup=prior_run(20), verdict=v.diverged(20)),
+    Fault("sigterm-launcher-gloo", "SIGTERM to horovodrun's pid", _signal(signal.SIGTERM), gloo=True,
+          verdict=v.stopped),
     Fault("ctrl-c-mpi", "SIGINT to horovodrun's process group (a terminal's Ctrl-C)",
-          _signal_group(signal.SIGINT)),
+          _signal_group(signal.SIGINT), verdict=v.stopped),
     Fault("sigusr1-rank-gloo", "SIGUSR1 (Slurm's preemption notice) to rank 0", _signal(signal.SIGUSR1, 0),
-          gloo=True),
-    Fault("sigterm-rank-mpi", "SIGTERM to rank 1 only", _signal(signal.SIGTERM, 1)),
+          gloo=True, verdict=v.stopped),
+    Fault("sigterm-rank-mpi", "SIGTERM to rank 1 only", _signal(signal.SIGTERM, 1), verdict=v.stopped),
     Fault("sigterm-all-ranks-mpi", "SIGTERM to both ranks (a pod stop, srun forwarding)",
-          _signal_ranks(signal.SIGTERM, (0, 1))),
-    Fault("sigstop-rank0-mpi", "SIGSTOP to rank 0 (the coordinator)", _signal(signal.SIGSTOP, 0)),
+          _signal_ranks(signal.SIGTERM, (0, 1)), verdict=v.stopped),
+    Fault("sigstop-rank0-mpi", "SIGSTOP to rank 0 (the coordinator)", _signal(signal.SIGSTOP, 0),
+          verdict=v.stalled(0)),
     Fault("diverge-fp32", "--base_lr=1e6, fp32", None, args=("--base_lr=1e6", "--warmup_epochs=0"), at_step=0,
-          setup=prior_run(20)),
+          setup=prior_run(20), verdict=v.diverged(20)),
     Fault("diverge-fp16", "--base_lr=1e6, fp16 (the loss scale cannot recover)", None,
-          args=("--base_lr=1e6", "--warmup_epochs=0", "--precision=fp16"), at_step=0, setup=prior_run(20)),
+          args=("--base_lr=1e6", "--warmup_epochs=0", "--precision=fp16"), at_step=0, setup=prior_run(20),
+          verdict=v.diverged(20)),
     # Issue 23: a run resumed on another shape, data that differ between hosts, a save before a long
     # evaluation, an export that fails (and, in faults_elastic, a joining host that dies in its set-up).
     Fault("resume-half-ranks", f"SIGTERM to horovodrun at step {HALF_STOP_AT} (epoch 1.30 at global batch 64, "
@@ -107,6 +117,7 @@ def main(argv=None):
     parser.error(f"unknown faults {sorted(unknown)}; choose from {', '.join([f.name for f in FAULTS] + others)}")
   start = time.time()
   rows = []
+  commit = measured_at(REPO)  # git rev-parse HEAD, and whether the tree was dirty
   report = os.path.join(args.out_dir, "faults.json")
   if not args.only and os.path.exists(report):
     os.remove(report)  # a full run starts the report afresh
@@ -117,18 +128,18 @@ def main(argv=None):
       except Exception as e:  # noqa: BLE001  (one fault that could not be measured is a row, not the end)
         row = failed_row(fault, e)
       # The report grows row by row: an interrupted run keeps what it measured.
-      rows, seconds = merged([row], report, time.time() - start, ORDER)
+      rows, seconds = merged(stamped([row], commit), report, time.time() - start, ORDER)
       start = time.time()
-      write_report(rows, args.out_dir, seconds)
+      write_report(rows, args.out_dir, seconds, commit)
     slurm_rows, slurm_note = faults_slurm.rows(args.only, workdir)  # Slurm on 2 emulated hosts (root)
     for row in slurm_rows:
-      rows, seconds = merged([row], report, time.time() - start, ORDER)
+      rows, seconds = merged(stamped([row], commit), report, time.time() - start, ORDER)
       start = time.time()
-      write_report(rows, args.out_dir, seconds)
-    elastic_rows, commit = faults_elastic.rows(args.only, workdir, args.elastic_launches)  # 2 emulated hosts
+      write_report(rows, args.out_dir, seconds, commit)
+    elastic_rows, resnet50 = faults_elastic.rows(args.only, workdir, args.elastic_launches)  # 2 emulated hosts
     if elastic_rows:
-      write_elastic(elastic_rows, commit, args.out_dir)
-      write_report(merged([], report, 0, ORDER)[0], args.out_dir, old_seconds(report))
+      write_elastic(stamped(elastic_rows, commit), resnet50, args.out_dir)
+      write_report(merged([], report, 0, ORDER)[0], args.out_dir, old_seconds(report), commit)
   if slurm_note:
     faults_slurm.add_note(args.out_dir, slurm_note)
   emit(table(rows), sys.stdout)

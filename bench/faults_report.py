@@ -4,9 +4,11 @@ rows in, markdown out), a partial run's rows merged into the report, and the ela
 """
 import json
 import os
+import subprocess
 
 from bench import faults_elastic
 from bench.faults_run import BASE_ARGS, FAULT_AT_STEP, GONE_TIMEOUT_S, Fault, launcher_of
+from bench.faults_verdicts import promise
 from progress import emit, write_json_atomic
 
 # What a new user saw before this work (issue 10, 2 ranks, digits, --checkpoint_every=20).
@@ -49,18 +51,40 @@ def table(rows: list[dict]) -> str:
   return "\n".join(out)
 
 
-def promise(row: dict) -> str:
-  """The last cell: whether the row kept what it promises (docs/faults.md), then what it measured;
-  empty for rows whose promise is the other columns alone."""
-  if "kept" not in row:
-    return ""
-  said = "; ".join(row.get("measured", [])).replace("|", "\\|")
-  return f"{'kept' if row['kept'] else '**not kept**'}: {said}" if said else ("kept" if row["kept"] else "**not kept**")
+def measured_at(repo: str) -> dict:
+  """The commit the rows are measured at (git rev-parse HEAD) and whether the tree differed from it:
+  the tracked files changed (others work in this checkout too, so which ones is said)."""
+  def git(*args):
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True).stdout
+  changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines() if line]
+  return {"sha": git("rev-parse", "HEAD").strip() or None, "dirty": bool(changed), "changed": changed}
 
 
-def write_report(rows: list[dict], out_dir: str, seconds: float) -> None:
+def stamped(rows: list[dict], commit: dict) -> list[dict]:
+  """The rows measured now, each with the commit it was measured at ({sha, dirty})."""
+  return [dict(r, commit={"sha": commit["sha"], "dirty": commit["dirty"]}) for r in rows]
+
+
+def commit_note(rows: list[dict], commit: dict | None) -> str:
+  """The report's sentence on the commit (pure): this run's, whether the tree was dirty, and the rows
+  a partial run (--only) kept from other commits, or from before commits were recorded."""
+  if not commit:
+    return "The commit measured at was not recorded."
+  dirty = (f", with uncommitted changes to {len(commit['changed'])} tracked file"
+           f"{'s' if len(commit['changed']) != 1 else ''} ({', '.join(commit['changed'][:8])}"
+           f"{', ...' if len(commit['changed']) > 8 else ''})" if commit["dirty"] else ", the tree clean")
+  others = [f"{r['fault']} ({(r['commit']['sha'] or '?')[:12]}{', dirty' if r['commit']['dirty'] else ''})"
+            if r.get("commit") else f"{r['fault']} (unrecorded)"
+            for r in rows if (r.get("commit") or {}).get("sha") != commit["sha"]
+            or (r.get("commit") or {}).get("dirty") != commit["dirty"]]
+  note = f"Measured at commit `{(commit['sha'] or '?')[:12]}`{dirty}."
+  return note + (f" Rows kept from an earlier run at another commit or tree: {', '.join(others)}." if others else "")
+
+
+def write_report(rows: list[dict], out_dir: str, seconds: float, commit: dict | None = None) -> None:
   os.makedirs(out_dir, exist_ok=True)
-  write_json_atomic(os.path.join(out_dir, "faults.json"), {"rows": rows, "wall_seconds": round(seconds)})
+  write_json_atomic(os.path.join(out_dir, "faults.json"),
+                    {"rows": rows, "wall_seconds": round(seconds), "commit": commit})
   with open(os.path.join(out_dir, "faults.md"), "w") as fh:
     fh.write(f"""# Faults against real launches (`make faults`)
 
@@ -72,12 +96,13 @@ fault to the last process of the job gone (every pid the job had is tracked). "l
 still alive {GONE_TIMEOUT_S} s after the fault (then killed by pid). "step / checkpoint (lost)":
 the last step rank 0 reported, the newest checkpoint, the steps a restart repeats. "restart": the
 same command again (a sane LR for the diverged rows; for the rows whose promise covers the whole
-run, the command as it was, to its end). "the row's promise, measured": what those rows measured
-against the promise docs/faults.md states for them (the processes left and the restart's exit
-included). Exit statuses: 75 stopped by a signal after a
+run, the command as it was, to its end; the rows that judge a restart say theirs). "the row's
+promise, measured": whether the row kept what docs/faults.md promises for its fault, computed from
+what it measured (the processes left and the restart's exit included), then what it measured; a
+row without one was measured before rows had verdicts. Exit statuses: 75 stopped by a signal after a
 checkpoint (resumable), 5 a peer lost (another rank died), 4 stalled, 3 diverged, 2 bad input;
 horovodrun killed by the signal itself shows as a negative number (-15: SIGTERM). How each fault
-is handled: docs/faults.md.
+is handled: docs/faults.md. {commit_note(rows, commit)}
 
 {table(rows)}
 {elastic_section(out_dir)}""")
@@ -86,12 +111,23 @@ is handled: docs/faults.md.
 ELASTIC_REPORT = "faults_elastic.json"
 
 
-def write_elastic(rows: list[dict], commit: dict | None, out_dir: str) -> None:
-  """The elastic rows in their own file, in place of the same faults' rows (so --only keeps the others)."""
+def write_elastic(rows: list[dict], resnet50: dict | None, out_dir: str) -> None:
+  """The elastic rows in their own file, in place of the same faults' rows (so --only keeps the others);
+  resnet50: ResNet-50's commit time (None: not measured this time, the old one kept)."""
   path = os.path.join(out_dir, ELASTIC_REPORT)
   old = json.load(open(path)) if os.path.exists(path) else {"rows": [], "resnet50_commit": None}
   by_name = {r["fault"]: r for r in old["rows"]} | {r["fault"]: r for r in rows}
-  write_json_atomic(path, {"rows": list(by_name.values()), "resnet50_commit": commit or old["resnet50_commit"]})
+  write_json_atomic(path, {"rows": list(by_name.values()), "resnet50_commit": resnet50 or old["resnet50_commit"]})
+
+
+def row_commits(rows: list[dict]) -> str:
+  """Which commit each row was measured at (pure), rows of one commit together."""
+  by = {}
+  for r in rows:
+    c = r.get("commit")
+    key = f"`{(c['sha'] or '?')[:12]}`{' (dirty tree)' if c['dirty'] else ''}" if c else "an unrecorded commit"
+    by.setdefault(key, []).append(r["fault"])
+  return "; ".join(f"{', '.join(names)} at {key}" for key, names in by.items())
 
 
 def elastic_section(out_dir: str) -> str:
@@ -108,6 +144,8 @@ def elastic_section(out_dir: str) -> str:
     .replace("JOIN_FROZEN_S", f"{faults_elastic.JOIN_FROZEN_S} s")}
 
 {faults_elastic.table(report["rows"], report["resnet50_commit"], BEFORE)}
+
+Measured: {row_commits(report["rows"])}.
 """
 
 
@@ -124,7 +162,8 @@ def failed_row(fault: Fault, error: Exception) -> dict:
   return {"fault": fault.name, "what": fault.what, "launcher": launcher_of(fault), "seconds_to_gone": None,
           "exit_status": None, "step_at_fault": None, "last_step": None, "checkpoint_step": None,
           "processes_left": None, "line": f"not measured: {str(error).splitlines()[0]}", "traceback": False,
-          "steps_lost": None, "resumed_from": None, "resume_exit_status": None}
+          "steps_lost": None, "resumed_from": None, "resume_exit_status": None, "kept": False,
+          "measured": ["NOT measured: the row's launch failed (its line says why)"]}
 
 
 def merged(rows: list[dict], path: str, seconds: float, order: list[str]) -> tuple[list[dict], float]:

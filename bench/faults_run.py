@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 
 from bench.launches import STEP_LINE, USER_LINE, Job, newest_checkpoint
 from progress import emit
@@ -49,6 +50,12 @@ class Fault:
   measure: object = None
   measure_resume: object = None
   gone_timeout: float = GONE_TIMEOUT_S  # a row whose restart evaluates a long held-out split twice needs longer
+  # The verdict of a row whose promise is its columns (bench/faults_verdicts.py, pure): verdict(row) ->
+  # {"kept", "measured"} once the restart ran.
+  verdict: object = None
+  # restart(fault, model_dir, row) -> the restart's columns (resumed_from, resume_exit_status,
+  # resume_processes_left), in place of resume(): a row whose restart is not the same command once.
+  restart: object = None
 
 
 def _signal(sig, rank=None):
@@ -92,6 +99,16 @@ def merge_measured(row: dict, found: dict | None) -> None:
   row.update(found)
 
 
+RANK_EXIT = re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s+(\d+)"  # mpirun's
+                       r"|Process (\d+) exit with status code (\d+)\.")  # horovodrun --gloo's
+
+
+def rank_exits(text: str) -> list[int]:
+  """The ranks' exit statuses the launcher reported (pure): mpirun names the first rank that exited
+  non-zero, horovodrun over Gloo each one; [] when it reported none (all 0, or killed first)."""
+  return [int(m.group(2) or m.group(4)) for m in RANK_EXIT.finditer(text)]
+
+
 def user_line(job: Job, since: int = 0) -> str:
   """The first line a user acts on (the cause: a rank that lost its peer to it speaks after it),
   else the last line of the launcher's that has words; since: only what the job wrote after this
@@ -125,13 +142,16 @@ def _run_fault(fault: Fault, model_dir: str) -> dict:
     at = job.wait_for_step(fault.at_step) if fault.at_step else 0
     injected = dict(fault.inject(job) or {}) if fault.inject else {}
     since = injected.pop("log_offset", 0)  # an inject that knows where its fault began in the log
+    fault_time = injected.pop("fault_time", None)  # ... and when, if it went on watching after it
+    waited = time.time()
     seconds, left = job.wait_gone(fault.gone_timeout)
+    seconds += waited - fault_time if fault_time else 0.0
     reached = job.step()
     row = {"fault": fault.name, "what": fault.what, "launcher": launcher_of(fault),
            "seconds_to_gone": round(seconds, 1), "exit_status": job.proc.returncode,
            "step_at_fault": at, "last_step": reached, "checkpoint_step": newest_checkpoint(model_dir),
            "processes_left": len(left), "line": user_line(job, since),
-           "traceback": job.rank_traceback(),
+           "traceback": job.rank_traceback(), "rank_exits": rank_exits(job.stderr() + job.stdout()),
            "false_divergence_warning": "ranks hold different weights" in job.stderr()}
     merge_measured(row, injected)
     if fault.measure:
@@ -140,7 +160,10 @@ def _run_fault(fault: Fault, model_dir: str) -> dict:
   row["summary_status"] = (read_summary(model_dir) or {}).get("status")
   if fault.before_resume:
     fault.before_resume(model_dir)
-  row.update(resume(fault, model_dir, row["checkpoint_step"], row))
+  row.update(fault.restart(fault, model_dir, row) if fault.restart else
+             resume(fault, model_dir, row["checkpoint_step"], row))
+  if fault.verdict:
+    merge_measured(row, fault.verdict(row))
   emit(f"faults: {fault.name}: exit {row['exit_status']}, gone in {row['seconds_to_gone']} s, "
        f"{row['processes_left']} left, checkpoint {row['checkpoint_step']} of step {reached}; "
        f"resumed from {row['resumed_from']}, exit {row['resume_exit_status']}: {row['line'][:160]}")

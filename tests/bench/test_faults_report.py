@@ -1,9 +1,10 @@
 """bench/faults.py's pure parts: the report table (bench/faults_report.py) and a partial run merged into
 the report, a row's measurements merged (bench/faults_run.py), the progress lines issue 23's rows read
-(bench/faults_data.py)."""
+(bench/faults_data.py), and every row's verdict from what it measured (bench/faults_verdicts.py,
+faults_data.py): kept on a fixture row, not kept when one promise breaks."""
 import json
 
-from bench import faults, faults_data, faults_elastic, faults_report, faults_run
+from bench import faults, faults_data, faults_elastic, faults_report, faults_run, faults_verdicts
 
 ROW = {"fault": "sigterm-launcher-mpi", "what": "SIGTERM to horovodrun's pid", "launcher": "horovodrun MPI, 2 ranks",
        "seconds_to_gone": 3.2, "exit_status": -15, "step_at_fault": 30, "last_step": 31, "checkpoint_step": 31,
@@ -85,3 +86,72 @@ def test_a_partial_run_replaces_its_rows_in_faults_order(tmp_path):
   assert [r["fault"] for r in rows] == ["sigkill-rank-mpi", "sigkill-rank-gloo", "diverge-fp32", "slurm-extra"]
   assert rows[2]["exit_status"] == 3 and seconds == 120
   assert faults_report.merged([ROW], str(tmp_path / "none.json"), 5, faults.ORDER) == ([ROW], 5)
+
+
+# ------------------------------------------------- every row's verdict, from its columns (pure) --
+STOP = ("stopped: SIGTERM received at step 15 (epoch 0.65); checkpoint /tmp/f/ckpt-15; run the same command to "
+        "resume (exit 75)")
+
+
+def test_every_fault_states_a_promise_it_measures():
+  for f in faults.FAULTS:
+    assert f.verdict or f.measure or f.measure_resume or f.restart, f.name
+
+
+def test_the_ranks_exit_statuses_are_read_from_either_launcher():
+  mpirun = ("mpirun detected that one or more processes exited with non-zero status, thus causing\nthe job to be "
+            "terminated. The first process to do so was:\n\n  Process name: [[5924,1],0]\n  Exit code:    75\n")
+  gloo = "Process 0 exit with status code 75.\nProcess 1 exit with status code 5.\n"
+  assert faults_run.rank_exits(mpirun) == [75] and faults_run.rank_exits(gloo) == [75, 5]
+  assert faults_run.rank_exits("epoch 1.0 step 3/9") == []
+
+
+def test_a_stop_is_kept_with_its_checkpoint_at_the_step_and_the_ranks_75():
+  row = dict(ROW, line=STOP, last_step=15, checkpoint_step=15, resumed_from=15, rank_exits=[75])
+  kept = faults_verdicts.stopped(row)
+  assert kept["kept"] and "`stopped:` line at step 15 with ckpt-15" in kept["measured"][0]
+  assert not faults_verdicts.stopped(dict(row, last_step=16))["kept"]  # a step lost
+  assert not faults_verdicts.stopped(dict(row, rank_exits=[1]))["kept"]
+  assert not faults_verdicts.stopped(dict(row, resumed_from=10))["kept"]
+  assert not faults_verdicts.stopped(dict(row, line="(nothing after the fault)"))["kept"]
+
+
+def test_a_killed_rank_a_stall_a_damaged_checkpoint_a_full_disk_and_a_divergence_are_judged():
+  killed = dict(ROW, launcher="horovodrun MPI, 2 ranks", exit_status=137, steps_lost=3, checkpoint_step=10,
+                resumed_from=10, line="mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9")
+  assert faults_verdicts.rank_killed(killed)["kept"] and not faults_verdicts.rank_killed(dict(killed, steps_lost=6))["kept"]
+  gloo = dict(killed, launcher="horovodrun Gloo, 2 ranks", exit_status=1,
+              line="error: a collective failed: another rank died (Horovod has been shut down); this rank stops too "
+                   "(exit 5); look for the first rank that ended")
+  assert faults_verdicts.rank_killed(gloo)["kept"]
+  assert not faults_verdicts.rank_killed(dict(gloo, traceback=True))["kept"]
+  stall = dict(killed, exit_status=4, line="stalled: rank 0 on vm saw no progress for 30 s (limit 30 s) after step 12 "
+               "(step); rank 1 on vm (pid 29432) last heard 31 s ago at step 5 (step): stopped or dead; ending the job")
+  assert faults_verdicts.stalled(1)(stall)["kept"] and not faults_verdicts.stalled(0)(stall)["kept"]
+  damaged = dict(ROW, exit_status=0, line="checkpoint ckpt-20 is unreadable (Read less bytes than requested); kept as "
+                 "ckpt-20.damaged.*; resuming from ckpt-15")
+  assert faults_verdicts.damaged(damaged)["kept"] and not faults_verdicts.damaged(dict(damaged, exit_status=1))["kept"]
+  full = dict(ROW, exit_status=2, checkpoint_step=10, resumed_from=10,
+              line="error: cannot save checkpoint ckpt-15 in /m (No space left on device): it needs about 2 bytes")
+  assert faults_verdicts.disk_full(full)["kept"] and not faults_verdicts.disk_full(dict(full, exit_status=1))["kept"]
+  nan = dict(ROW, exit_status=3, checkpoint_step=20, resumed_from=20, false_divergence_warning=False,
+             line="diverged: non-finite loss or gradient at step 24 (lr 1e5); the update was not applied; no "
+                  "checkpoint is written; newest good checkpoint /m/ckpt-20; lower --base_lr (exit 3)")
+  assert faults_verdicts.diverged(20)(nan)["kept"]
+  assert not faults_verdicts.diverged(20)(dict(nan, checkpoint_step=25))["kept"]
+  assert not faults_verdicts.diverged(20)(dict(nan, false_divergence_warning=True))["kept"]
+  ignored = dict(ROW, exit_status=0, summary_status="finished", line="epoch 12.00 eval top1 0.99")
+  assert faults_verdicts.ignored(ignored)["kept"] and not faults_verdicts.ignored(dict(ignored, line=STOP))["kept"]
+
+
+def test_the_report_says_the_commit_and_the_rows_of_other_commits():
+  commit = {"sha": "a" * 40, "dirty": True, "changed": ["Makefile"]}
+  rows = faults_report.stamped([dict(ROW)], commit) + [dict(ROW, fault="old"), dict(ROW, fault="b", commit={
+      "sha": "b" * 40, "dirty": False})]
+  note = faults_report.commit_note(rows, commit)
+  assert note.startswith("Measured at commit `aaaaaaaaaaaa`, with uncommitted changes to 1 tracked file (Makefile).")
+  assert "old (unrecorded)" in note and "b (bbbbbbbbbbbb)" in note and "sigterm-launcher-mpi" not in note
+  assert faults_report.commit_note(rows[:1], dict(commit, dirty=False, changed=[])).endswith(
+      "Rows kept from an earlier run at another commit or tree: sigterm-launcher-mpi (aaaaaaaaaaaa, dirty).")
+  assert faults_report.row_commits(rows) == ("sigterm-launcher-mpi at `aaaaaaaaaaaa` (dirty tree); old at an "
+                                             "unrecorded commit; b at `bbbbbbbbbbbb`")
