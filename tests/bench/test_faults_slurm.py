@@ -44,3 +44,38 @@ def test_the_second_run_is_told_from_the_first():
 
 def test_only_other_rows_start_no_slurm(tmp_path):
   assert faults_slurm.rows("sigkill-rank-mpi,disk-full", str(tmp_path)) == ([], None)
+
+
+ROW = {"line": FIRST.splitlines()[4], "checkpoint_step": 39, "last_step": 39, "resumed_from": 39, "resume_exit_status": 0,
+       "processes_left": 0, "resume_processes_left": 0, "exit_status": 75, "requeued": True, "resume_state": "COMPLETED"}
+IN_EVAL = dict(ROW, line="stopped: SIGUSR1 received at step 23 (epoch 1.00); checkpoint m/ckpt-23; run the same "
+               "command to resume (exit 75)", checkpoint_step=23, last_step=23, resumed_from=23, phase_at_fault="eval",
+               step_at_fault=23, seconds_to_stop_line=1.8, evaluated_in_first_run=False, resume_eval_seconds=41.0,
+               resume_evaluated="epoch 1.00 eval top1 0.3867 top5 0.8733 loss 2.0220")
+
+
+def test_a_preempted_job_is_kept_when_it_stopped_at_its_checkpoint_requeued_and_completed():
+  assert faults_slurm.verdict("slurm-preempt-srun", ROW)["kept"]
+  assert not faults_slurm.verdict("slurm-preempt-srun", dict(ROW, requeued=False))["kept"]
+  assert not faults_slurm.verdict("slurm-preempt-srun", dict(ROW, last_step=40))["kept"]  # a step past its checkpoint
+  assert not faults_slurm.verdict("slurm-preempt-mpirun", dict(ROW, exit_status=137))["kept"]
+  cancelled = dict(ROW, line=ROW["line"].replace("SIGUSR1", "SIGTERM"), exit_status=143, requeued=False)
+  assert faults_slurm.verdict("slurm-scancel-srun", cancelled)["kept"]
+  assert not faults_slurm.verdict("slurm-scancel-srun", dict(cancelled, requeued=True))["kept"]
+
+
+def test_a_notice_during_an_evaluation_stops_it_within_the_window_and_the_requeued_run_evaluates_again():
+  assert faults_slurm.verdict("slurm-usr1-in-eval", IN_EVAL)["kept"]
+  assert not faults_slurm.verdict("slurm-usr1-in-eval", dict(IN_EVAL, seconds_to_stop_line=None))["kept"]
+  assert not faults_slurm.verdict("slurm-usr1-in-eval", dict(IN_EVAL, seconds_to_stop_line=130.0))["kept"]
+  assert not faults_slurm.verdict("slurm-usr1-in-eval", dict(IN_EVAL, evaluated_in_first_run=True))["kept"]
+  assert not faults_slurm.verdict("slurm-usr1-in-eval", dict(IN_EVAL, resume_evaluated=None))["kept"]
+  assert not faults_slurm.verdict("slurm-usr1-in-eval", dict(IN_EVAL, phase_at_fault="step"))["kept"]
+
+
+def test_the_requeued_runs_first_evaluation_is_the_interrupted_one():
+  second = ("resumed from m/ckpt-23 at step 23\nepoch   1.00  eval top1 0.3867  top5 0.8733  loss 2.0220\n"
+            "epoch   1.04  step     24/24  loss 1.9  top1 0.4  lr 0.1\n")
+  assert faults_slurm._evaluated_first(second) == "epoch 1.00 eval top1 0.3867 top5 0.8733 loss 2.0220"
+  trained_first = second.splitlines()[0] + "\n" + second.splitlines()[2] + "\n" + second.splitlines()[1]
+  assert faults_slurm._evaluated_first(trained_first) is None
