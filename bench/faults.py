@@ -40,7 +40,7 @@ from bench.faults_data import (  # noqa: E402
     DATA_ARGS, EXPORT_ARGS, EXPORT_TMPFS, HALF_EPOCHS, HALF_STOP_AT, LONG_EVAL_ARGS, LONG_EVAL_COPIES, MISSING,
     _data_root, export_measure, export_resume, half_ranks_after, half_ranks_before, long_eval_measure,
     long_eval_program, long_eval_resume, long_eval_setup, missing_shard_measure, missing_shard_restore,
-    missing_shard_resume, missing_shard_setup, remove_data, sigterm_in_eval)
+    missing_shard_resume, missing_shard_setup, remove_data, sigterm_in_eval, stopped_in_eval)
 from bench.faults_report import (  # noqa: E402
     failed_row, measured_at, merged, old_seconds, stamped, table, write_elastic, write_report)
 from bench.faults_run import (  # noqa: E402
@@ -79,7 +79,7 @@ FAULTS = [
     Fault("diverge-fp16", "--base_lr=1e6, fp16 (the loss scale cannot recover)", None,
           args=("--base_lr=1e6", "--warmup_epochs=0", "--precision=fp16"), at_step=0, setup=prior_run(20),
           verdict=v.diverged(20)),
-    # Issue 23: a run resumed on another shape, data that differ between hosts, a save before a long
+    # Issue 23: a run resumed on another shape, data that differ between hosts, a stop during a long
     # evaluation, an export that fails (and, in faults_elastic, a joining host that dies in its set-up).
     Fault("resume-half-ranks", f"SIGTERM to horovodrun at step {HALF_STOP_AT} (epoch 1.30 at global batch 64, "
           f"--epochs={HALF_EPOCHS}), then the same command on 1 rank (global batch 32) to the end",
@@ -90,11 +90,13 @@ FAULTS = [
           same_command=True, program=lambda model_dir: per_rank_data_dir(_data_root(model_dir)),
           setup=missing_shard_setup, before_resume=missing_shard_restore, teardown=remove_data,
           measure=missing_shard_measure, measure_resume=missing_shard_resume),
-    Fault("sigterm-long-eval", "SIGTERM to horovodrun's process group (mpirun: SIGKILL 10 s later) during the first "
-          f"epoch end's evaluation ({LONG_EVAL_COPIES * DIGITS.num_eval:,} held-out images, --eval_batch_size=1)",
+    Fault("sigterm-long-eval", "SIGTERM to horovodrun's process group (mpirun: the ranks' SIGTERM 10 s later, SIGKILL "
+          f"10 s after that) during the first epoch end's evaluation ({LONG_EVAL_COPIES * DIGITS.num_eval:,} held-out "
+          "images, --eval_batch_size=1)",
           sigterm_in_eval, args=(*DATA_ARGS, *LONG_EVAL_ARGS), at_step=0, same_command=True,
           extra_env={"OMPI_MCA_odls_base_sigkill_timeout": "10"}, program=long_eval_program, gone_timeout=900,
-          setup=long_eval_setup, teardown=remove_data, measure=long_eval_measure, measure_resume=long_eval_resume),
+          setup=long_eval_setup, teardown=remove_data, measure=long_eval_measure, measure_resume=long_eval_resume,
+          verdict=stopped_in_eval),
     Fault("export-disk-full", f"--model_dir on a {EXPORT_TMPFS} tmpfs: the checkpoints fit, the SavedModel does not; "
           "then the space freed and the same command", None, args=EXPORT_ARGS, at_step=0, same_command=True,
           setup=tmpfs(EXPORT_TMPFS)[0], teardown=tmpfs(EXPORT_TMPFS)[1], before_resume=remount("64m"),

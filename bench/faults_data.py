@@ -3,6 +3,7 @@ docs/faults.md states for it: a run resumed on half its ranks, a shard missing o
 during a long evaluation, an export that does not fit; and the digits records they read as an
 ImageNet-layout set (--dataset=imagenet --image_size=8), which train.py scans at start-up.
 """
+import hashlib
 import json
 import os
 import re
@@ -12,7 +13,7 @@ import subprocess
 import time
 
 from bench.faults_run import RESUMED, read_summary
-from bench.launches import PYTHON, REPO, Job, newest_checkpoint
+from bench.launches import PYTHON, REPO, STEP_LINE, USER_LINE, Job, newest_checkpoint
 from bench.slurm_jobs import env
 from input.datasets import DIGITS  # metadata only: no TensorFlow in this process
 
@@ -173,31 +174,79 @@ def heartbeat(model_dir: str, rank: int = 0) -> dict | None:
     return None
 
 
+STOP_BOUND_S = 60  # the ranks awaited this long after the SIGTERM
+# mpirun (Open MPI 4.1), given SIGTERM, sends its ranks SIGCONT at once, SIGTERM odls_base_sigkill_timeout
+# (the row's 10) s later, and SIGKILL about as long again (strace of mpirun here: SIGCONT at 0 s,
+# SIGTERM at 10.0 s, SIGKILL at 18.9 s): the ranks must be gone before the SIGKILL.
+SIGKILL_TIMEOUT_S = 10
+SIGKILL_AFTER_S = 2 * SIGKILL_TIMEOUT_S
+
+
+def _ranks_of(job: Job) -> set[int]:
+  """The job's ranks: its `python train.py` processes (mpirun's command line names train.py too)."""
+  pids = set()
+  for pid in job.alive():
+    try:
+      if job._seen[pid].cmdline()[1:2] == ["train.py"]:
+        pids.add(pid)
+    except Exception:  # noqa: BLE001  (gone meanwhile)
+      continue
+  return pids
+
+
 def sigterm_in_eval(job: Job) -> dict:
-  """SIGTERM to the launcher's process group (what a job manager's stop sends: mpirun passes it on
-  and SIGKILLs the ranks odls_base_sigkill_timeout s later) once rank 0's heartbeat says it evaluates."""
+  """SIGTERM to the launcher's process group (what a job manager's stop sends: horovodrun's shell ends
+  at once, which each rank's launcher watch sees within a second, and mpirun passes the signal on as
+  above) once rank 0's heartbeat says it evaluates; then the seconds until rank 0 wrote summary.json
+  (it does as it stops; its `stopped:` line reaches the log only when mpirun exits, which lingers) and
+  until the ranks' processes were gone."""
   start = time.time()
   job.wait_until(lambda _: (heartbeat(job.model_dir) or {}).get("phase") == "eval", "the first evaluation")
-  beat = heartbeat(job.model_dir)
+  beat, ranks = heartbeat(job.model_dir), _ranks_of(job)
   offset = len(job.stderr())
   os.killpg(job.proc.pid, signal.SIGTERM)
-  seen, checkpoint = round(time.time() - start, 1), newest_checkpoint(job.model_dir)
+  sent, seen, checkpoint = time.time(), round(time.time() - start, 1), newest_checkpoint(job.model_dir)
+  summary_s = ranks_s = None
+  while time.time() - sent < STOP_BOUND_S:
+    if summary_s is None and os.path.exists(os.path.join(job.model_dir, "summary.json")):
+      summary_s = round(time.time() - sent, 1)
+    if not ranks & job.alive():  # (no rank found: None, the job awaited to its end)
+      ranks_s = round(time.time() - sent, 1) if ranks else None
+      break
+    time.sleep(0.05)
   return {"step_at_fault": beat["step"], "seen_eval_after_s": seen, "checkpoint_at_fault": checkpoint,
-          "log_offset": offset, "measured": [f"SIGTERM {seen} s after the launch, rank 0 evaluating at step "
-                                             f"{beat['step']}, checkpoint {checkpoint} on disk"]}
+          "seconds_to_summary": summary_s, "seconds_to_ranks_gone": ranks_s, "log_offset": offset, "fault_time": sent,
+          "measured": [f"SIGTERM {seen} s after the launch, rank 0 evaluating at step {beat['step']}, checkpoint "
+                       f"{checkpoint} on disk"]}
+
+
+def stopped_in_eval(row: dict) -> dict:
+  """sigterm-long-eval's verdict on its first run (pure: the row): the stop during the epoch end's
+  evaluation ended it between batches: the `stopped:` line after the SIGTERM at the epoch's last step,
+  with that step's checkpoint (saved before the evaluation), summary.json written (status stopped) and
+  the ranks gone before mpirun's SIGKILL (SIGKILL_AFTER_S); no eval line (it did not complete); the
+  ranks' 75 where mpirun reported them (in its abort path it reports none: the stop line's is theirs)."""
+  spe, exits = DIGITS.num_train // 64, row.get("rank_exits") or []
+  summary_s, ranks_s = row.get("seconds_to_summary"), row.get("seconds_to_ranks_gone")
+  said = re.match(rf"stopped: .* at step {spe} \(epoch [\d.]+\); checkpoint \S*ckpt-{spe}; .*\(exit 75\)$",
+                  row["line"] or "")
+  in_time = (summary_s is not None and ranks_s is not None and ranks_s < SIGKILL_AFTER_S
+             and row.get("summary_status") == "stopped")
+  evaluated = row.get("evaluated_in_run", True)
+  kept = bool(said) and in_time and not evaluated and row["checkpoint_step"] == spe and all(e == 75 for e in exits)
+  return {"kept": kept, "measured": [
+      (f"`stopped:` at step {spe} with ckpt-{spe}" if said else f"NO stop line at step {spe} with its checkpoint")
+      + f"; summary.json (status {row.get('summary_status')}) written {summary_s} s and the ranks gone {ranks_s} s "
+      f"after the SIGTERM ({'before' if in_time else 'NOT before'} mpirun's SIGKILL, {SIGKILL_AFTER_S} s: its SIGTERM "
+      f"comes at {SIGKILL_TIMEOUT_S} s)",
+      f"the evaluation {'COMPLETED (an eval line)' if evaluated else 'not completed (no eval line)'}; newest "
+      f"checkpoint {row['checkpoint_step']} (the epoch's last step is {spe}); the ranks' exits as mpirun "
+      f"reported them: {', '.join(map(str, exits)) or 'none reported'}"]}
 
 
 def long_eval_measure(job: Job, model_dir: str) -> dict:
-  """Killed in the evaluation (no stop line, no eval line), and the epoch's checkpoint on disk."""
-  text = job.stderr()
-  spe = DIGITS.num_train // 64
-  evaluated = EVAL_LINE.search(text) is not None
-  stopped = any(l.startswith("stopped:") for l in job.user_lines())
-  checkpoint = newest_checkpoint(model_dir)
-  how = ("the evaluation finished within the SIGKILL's 10 s: a stop line instead (the case is not measured)"
-         if stopped or evaluated else "killed during the evaluation")
-  return {"kept": checkpoint == spe and not stopped and not evaluated,
-          "measured": [f"{how}; checkpoint {checkpoint} on disk (the epoch's last step is {spe})"]}
+  """Whether this run printed an eval line (its evaluation completed): stopped_in_eval's."""
+  return {"evaluated_in_run": EVAL_LINE.search(job.stderr()) is not None}
 
 
 def long_eval_resume(job: Job, model_dir: str, row: dict) -> dict:
@@ -229,7 +278,8 @@ def _size(path: str) -> int:
 
 def export_measure(job: Job, model_dir: str) -> dict:
   """summary.json written (status finished, export_error in it), exit 0, no traceback, no export/; the
-  sizes that made it so (the newest checkpoint, the space left on the tmpfs)."""
+  sizes that made it so (the newest checkpoint, the space left on the tmpfs); summary.json's bytes'
+  hash, which the restart must leave as they are."""
   summary = read_summary(model_dir)
   error = (summary or {}).get("export_error")
   exported = os.path.exists(os.path.join(model_dir, "export"))
@@ -237,19 +287,39 @@ def export_measure(job: Job, model_dir: str) -> dict:
   step = newest_checkpoint(model_dir)
   ckpt = sum(_size(os.path.join(model_dir, f)) for f in os.listdir(model_dir) if f.startswith(f"ckpt-{step}."))
   return {"kept": bool(summary) and summary.get("status") == "finished" and bool(error) and job.proc.returncode == 0
-          and not job.rank_traceback() and not exported,
+          and not job.rank_traceback() and not exported, "summary_sha256": _sha256(os.path.join(model_dir, "summary.json")),
           "measured": [f"summary.json {'written, status ' + str(summary.get('status')) if summary else 'MISSING'}, "
                        f"export_error {'in it' if error else 'absent'}, export/ {'present' if exported else 'absent'}; "
                        f"a checkpoint {ckpt / 2**20:.2f} MiB, {fs.f_bavail * fs.f_frsize / 2**20:.2f} MiB left free"]}
 
 
+OVER_LINE = re.compile(r"this run already finished at step (\d+) \(epoch [\d.]+\), .*; nothing trained, summary.json "
+                       r"kept")
+
+
+def finished_again(text: str, step: int | None, summary_kept: bool, exported: bool) -> dict:
+  """Pure: a finished run started again (text: its log) says so in one line, trains nothing (no
+  progress or eval line), leaves summary.json as it was, and exports the missing SavedModel."""
+  lines = [m for m in OVER_LINE.finditer(text)]
+  said = len(lines) == 1 and int(lines[0].group(1)) == step
+  trained = STEP_LINE.search(text) is not None or EVAL_LINE.search(text) is not None
+  return {"kept": said and not trained and summary_kept and exported, "measured": [
+      f"space freed, the same command: {'one line' if said else f'{len(lines)} lines (want 1)'} saying it finished "
+      f"at step {step}, {'TRAINED or evaluated' if trained else 'nothing trained'}, summary.json "
+      f"{'as it was' if summary_kept else 'CHANGED'}, the SavedModel {'exported' if exported else 'NOT exported'}"]}
+
+
 def export_resume(job: Job, model_dir: str, row: dict) -> dict:
-  """The restart of the finished run (the space freed) exports."""
-  summary = read_summary(model_dir) or {}
+  """The restart of the finished run (the space freed): finished_again, and the export's size."""
   export = os.path.join(model_dir, "export")
   exported = os.path.exists(os.path.join(export, "saved_model.pb"))
-  size = f" ({_size(export) / 2**20:.2f} MiB)" if exported else ""
-  return {"kept": exported and "export" in summary and "export_error" not in summary,
-          "measured": [f"space freed, the same command: {'exported' + size if exported else 'NOT exported'}, "
-                       f"summary status {summary.get('status')}, steps {summary.get('steps')}"]}
+  before = row.get("summary_sha256")
+  kept = before is not None and _sha256(os.path.join(model_dir, "summary.json")) == before
+  found = finished_again(job.stderr(), newest_checkpoint(model_dir), kept, exported)
+  if exported:
+    found["measured"][0] += f" ({_size(export) / 2**20:.2f} MiB)"
+  return found
 
+
+def _sha256(path: str) -> str | None:
+  return hashlib.sha256(open(path, "rb").read()).hexdigest() if os.path.exists(path) else None

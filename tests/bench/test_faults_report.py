@@ -144,6 +144,29 @@ def test_a_killed_rank_a_stall_a_damaged_checkpoint_a_full_disk_and_a_divergence
   assert faults_verdicts.ignored(ignored)["kept"] and not faults_verdicts.ignored(dict(ignored, line=STOP))["kept"]
 
 
+def test_a_stop_during_the_evaluation_is_kept_between_its_batches_before_the_sigkill():
+  row = dict(ROW, line=STOP.replace("15 (epoch 0.65)", "23 (epoch 1.00)").replace("ckpt-15", "ckpt-23"),
+             checkpoint_step=23, seconds_to_summary=1.4, seconds_to_ranks_gone=11.2, evaluated_in_run=False,
+             rank_exits=[], summary_status="stopped")
+  assert faults_data.stopped_in_eval(row)["kept"]
+  assert not faults_data.stopped_in_eval(dict(row, seconds_to_ranks_gone=20.1))["kept"]  # SIGKILLed in it
+  assert not faults_data.stopped_in_eval(dict(row, summary_status="finished"))["kept"]
+  assert not faults_data.stopped_in_eval(dict(row, rank_exits=[137]))["kept"]
+  assert not faults_data.stopped_in_eval(dict(row, seconds_to_summary=None))["kept"]
+  assert not faults_data.stopped_in_eval(dict(row, evaluated_in_run=True))["kept"]
+  assert not faults_data.stopped_in_eval(dict(row, checkpoint_step=20))["kept"]
+
+
+def test_a_finished_run_started_again_says_so_trains_nothing_and_exports():
+  over = ("[1,0]<stderr>:20:01:02 this run already finished at step 10 (epoch 0.43), held-out top1 0.3867; nothing "
+          "trained, summary.json kept (more --epochs or --max_steps trains on)\n")
+  assert faults_data.finished_again(over, 10, True, True)["kept"]
+  assert not faults_data.finished_again(over, 10, False, True)["kept"]  # summary.json rewritten
+  assert not faults_data.finished_again(over, 10, True, False)["kept"]  # not exported
+  assert not faults_data.finished_again(over + "epoch   0.48  step     11/600  loss 2.1", 10, True, True)["kept"]
+  assert not faults_data.finished_again("", 10, True, True)["kept"]
+
+
 def test_the_report_says_the_commit_and_the_rows_of_other_commits():
   commit = {"sha": "a" * 40, "dirty": True, "changed": ["Makefile"]}
   rows = faults_report.stamped([dict(ROW)], commit) + [dict(ROW, fault="old"), dict(ROW, fault="b", commit={
