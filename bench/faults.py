@@ -21,7 +21,8 @@ docs/faults.md promises for it; results/faults.json records the commit each row 
 
 This file is the table of faults and the program; a row's launch is bench/faults_run.py's, the
 verdicts of the rows whose promise is their columns bench/faults_verdicts.py's, issue 23's
-measurements bench/faults_data.py's, the report bench/faults_report.py's, and the Slurm and elastic rows bench/faults_slurm.py's and
+measurements bench/faults_data.py's, the rows that judge a restart bench/faults_restarts.py's, the
+report bench/faults_report.py's, and the Slurm and elastic rows bench/faults_slurm.py's and
 bench/faults_elastic.py's.
 """
 import argparse
@@ -43,6 +44,7 @@ from bench.faults_data import (  # noqa: E402
     missing_shard_resume, missing_shard_setup, remove_data, sigterm_in_eval, stopped_in_eval)
 from bench.faults_report import (  # noqa: E402
     failed_row, measured_at, merged, old_seconds, stamped, table, write_elastic, write_report)
+from bench.faults_restarts import ADASCALE_REQUEUE, EVAL_ONLY  # noqa: E402
 from bench.faults_run import (  # noqa: E402
     Fault, _signal, _signal_group, _signal_ranks, both, prior_run, remount, run_fault, tmpfs, truncate_newest)
 from bench.launches import per_rank_data_dir  # noqa: E402
@@ -101,6 +103,10 @@ FAULTS = [
           "then the space freed and the same command", None, args=EXPORT_ARGS, at_step=0, same_command=True,
           setup=tmpfs(EXPORT_TMPFS)[0], teardown=tmpfs(EXPORT_TMPFS)[1], before_resume=remount("64m"),
           measure=export_measure, measure_resume=export_resume),
+    # Issue 39: what landed since (a requeue of AdaScale onto another node count, --eval_only on any ranks;
+    # in faults_slurm a notice during an evaluation, in faults_elastic a lost host under the adaptive policy).
+    Fault("adascale-requeue-1rank", inject=_signal(signal.SIGTERM), **ADASCALE_REQUEUE),
+    Fault("eval-only-ranks", inject=None, **EVAL_ONLY),
 ]
 ORDER = [f.name for f in FAULTS]
 

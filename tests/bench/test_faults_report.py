@@ -1,10 +1,10 @@
 """bench/faults.py's pure parts: the report table (bench/faults_report.py) and a partial run merged into
 the report, a row's measurements merged (bench/faults_run.py), the progress lines issue 23's rows read
 (bench/faults_data.py), and every row's verdict from what it measured (bench/faults_verdicts.py,
-faults_data.py): kept on a fixture row, not kept when one promise breaks."""
+faults_data.py, faults_restarts.py): kept on a fixture row, not kept when one promise breaks."""
 import json
 
-from bench import faults, faults_data, faults_elastic, faults_report, faults_run, faults_verdicts
+from bench import faults, faults_data, faults_elastic, faults_report, faults_restarts, faults_run, faults_verdicts
 
 ROW = {"fault": "sigterm-launcher-mpi", "what": "SIGTERM to horovodrun's pid", "launcher": "horovodrun MPI, 2 ranks",
        "seconds_to_gone": 3.2, "exit_status": -15, "step_at_fault": 30, "last_step": 31, "checkpoint_step": 31,
@@ -165,6 +165,28 @@ def test_a_finished_run_started_again_says_so_trains_nothing_and_exports():
   assert not faults_data.finished_again(over, 10, True, False)["kept"]  # not exported
   assert not faults_data.finished_again(over + "epoch   0.48  step     11/600  loss 2.1", 10, True, True)["kept"]
   assert not faults_data.finished_again("", 10, True, True)["kept"]
+
+
+def test_an_adascale_requeue_resumes_at_the_stops_tau_with_base_batch_32():
+  before = {"step": 32, "epoch": 1.11, "tau": 51.0, "base_batch": 32}
+  text = ("resumed from /m/ckpt-32 at step 32: epoch 1.11, 2,048 images trained (AdaScale: tau 51.0 base-batch steps)\n"
+          "epoch   1.15  update     33  loss 1.6  top1 0.5  lr 0.08\n")
+  summary = {"status": "finished", "epochs": 3.0, "adascale": {"base_batch": 32}}
+  assert faults_restarts.adascale_resumed(text, summary, before)["kept"]
+  # The resume line read tau at the unpinned base batch (64 a rank on 1 rank): epoch 2.22 for 1.11.
+  assert not faults_restarts.adascale_resumed(text.replace("epoch 1.11,", "epoch 2.22,"), summary, before)["kept"]
+  assert not faults_restarts.adascale_resumed(text, dict(summary, adascale={"base_batch": 64}), before)["kept"]
+  assert not faults_restarts.adascale_resumed(text.replace("tau 51.0", "tau 25.5"), summary, before)["kept"]
+
+
+def test_eval_only_on_any_ranks_prints_the_runs_line():
+  line = "epoch   1.30  eval top1 0.4067  top5 0.8967  loss 1.7012"
+  same = faults_restarts.eval_only_verdict(line, 30, {1: (0, [line], 30), 2: (0, [line], 30)})
+  assert same["kept"] and same["measured"] == ["--eval_only on 1 rank: the same line (step 30)",
+                                               "--eval_only on 2 ranks: the same line (step 30)"]
+  other = line.replace("0.4067", "0.4100")
+  assert not faults_restarts.eval_only_verdict(line, 30, {1: (0, [line], 30), 2: (0, [other], 30)})["kept"]
+  assert not faults_restarts.eval_only_verdict(None, 30, {1: (0, [line], 30)})["kept"]
 
 
 def test_the_report_says_the_commit_and_the_rows_of_other_commits():
