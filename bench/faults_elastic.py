@@ -1,6 +1,6 @@
 """The elastic rows of `make faults`: a host lost and back on 2 emulated hosts (--elastic).
 
-  python -m bench.faults --only elastic-horovod,elastic-hybrid
+  python -m bench.faults --only elastic-horovod,elastic-hybrid,elastic-adaptive-powersgd --elastic_launches=3
 
 train.py --elastic on the digits set under horovodrun --gloo in elastic mode (bench/launches.Hosts:
 2 emulated hosts x 1 rank, cluster imcelf on 198.18.16.0/24, --min-np 1). Once rank 0 reported
@@ -15,6 +15,12 @@ held orphaned: bench/launches.stalled_after_horovod_died), or one still running,
 processes, past its bound (600 s a phase); other failures are counted apart. Its figures are medians
 over the launches that finished (the steps lost: the host's loss, the first of each launch),
 its exit status the commonest, its processes left the most any launch left.
+elastic-adaptive-powersgd is elastic-horovod's launch under `--lr_scaling=adascale
+--batch_policy=adaptive --compression=powersgd --compression_start=0` (AdaScale's gain from the
+mean gradient's norm sketched under PowerSGD; the world of one rank keeps the global batch by
+accumulating). A lost-host row is kept when every launch finished and in each the survivor trained
+alone, the host joined again, the replicas ended identical, the run finished (exit 0, nothing
+left) and at most --elastic_commit_every steps were lost to the loss.
 And a commit of ResNet-50's state (weights, BatchNorm statistics, momentum: what a commit copies
 to host memory on every rank), timed in a process of its own.
 
@@ -23,7 +29,7 @@ frozen (SIGSTOP) once it holds Horovod's connections to the survivor (Horovod in
 model not yet built) and SIGKILLed, its host no longer listed, JOIN_FROZEN_S later, while the
 survivor waits in the state's sync broadcast for it. Measured: whether the new world never logged
 (its sync never ended), the time from the kill to the survivor's next step, the steps lost, the
-exit status, the processes left.
+exit status, the processes left; kept when the survivor trained on alone to the end.
 """
 import collections
 import json
@@ -37,6 +43,7 @@ import time
 
 import psutil
 
+from bench.faults_verdicts import promise
 from bench.launches import PYTHON, REPO, STEP_LINE, Hosts, Job, regrown, stalled_after_horovod_died, world_sizes
 from progress import emit
 
@@ -49,7 +56,11 @@ BOUND_S = 600
 # Lost-host launches per row in make faults (the docstring says 30): Horovod 0.28.1's race hung 3 of
 # ~52 before the patch (scripts/horovod/tensor_queue.patch); fewer say little about a rate of a few %.
 LAUNCHES = 30
-FAULTS = {"elastic-horovod": "horovod", "elastic-hybrid": "hybrid"}
+# The lost-host rows: (--allreduce, more flags). AdaScale with PowerSGD composes (the mean gradient's norm
+# sketched, comm/sketch.py), and the adaptive policy keeps the global batch in the world of one rank by K.
+ADAPTIVE = ("--lr_scaling=adascale", "--batch_policy=adaptive", "--compression=powersgd", "--compression_start=0")
+FAULTS = {"elastic-horovod": ("horovod", ()), "elastic-hybrid": ("hybrid", ()),
+          "elastic-adaptive-powersgd": ("horovod", ADAPTIVE)}
 JOIN_DIES = "elastic-join-dies"
 NAMES = (*FAULTS, JOIN_DIES)
 JOIN_FROZEN_S = 3  # the joining rank stopped this long before its SIGKILL: the survivor is in the sync by then
@@ -70,11 +81,22 @@ def lose_and_join(hosts: Hosts, workdir: str, fault: str, launches: int = LAUNCH
   for i in range(launches):
     runs.append(launch_once(hosts, os.path.join(workdir, f"{fault}-{i + 1}"), fault))
     r = runs[-1]
+    broken = launch_kept(r) if r["outcome"] == "finished" else []
     said = (f"training again {r['seconds_to_training']} s after the loss, {r['steps_lost']} steps lost, joined "
-            f"{r['seconds_to_join']} s after the host came back" if r["outcome"] == "finished" else r["line"])
+            f"{r['seconds_to_join']} s after the host came back, worlds {r['worlds']}, status {r['status']}: "
+            f"{'BROKEN: ' + ', '.join(broken) if broken else 'kept'}" if r["outcome"] == "finished" else r["line"])
     emit(f"faults: {fault}: launch {i + 1}/{launches}: {r['outcome']}: {said}, exit {r['exit_status']}, "
          f"{r['processes_left']} left; {sum(x['outcome'] == 'hang' for x in runs)} hangs so far")
   return aggregate(fault, runs)
+
+
+def world_lines(text: str) -> list[str]:
+  """Where a failed launch was (pure): rank 0's world changes (new worlds, the change announced, the
+  batch each starts at) and its last progress line, in order."""
+  keep = re.compile(r"world: |the world is changing|batch: this world starts")
+  lines = [line for line in text.splitlines() if keep.search(line)]
+  steps = [line for line in text.splitlines() if STEP_LINE.search(line)]
+  return lines[-6:] + steps[-1:]
 
 
 def hang(text: str, ended: bool, left: int) -> bool:
@@ -90,7 +112,8 @@ def launch_once(hosts: Hosts, model_dir: str, fault: str) -> dict:
   hosts.publish(*hosts.names)
   at = killed = None
   try:
-    with Job(model_dir, *ARGS, f"--allreduce={FAULTS[fault]}", launcher=hosts.launcher(2, 1, 2),
+    allreduce, more = FAULTS[fault]
+    with Job(model_dir, *ARGS, f"--allreduce={allreduce}", *more, launcher=hosts.launcher(2, 1, 2),
              extra_env=hosts.env) as job:
       try:
         at = job.wait_for_step(LOSE_AT, timeout=BOUND_S)
@@ -111,7 +134,7 @@ def launch_once(hosts: Hosts, model_dir: str, fault: str) -> dict:
         outcome = "hang" if hang(job.stderr(), ended, len(left)) else "failed"
         return {"outcome": outcome, "at": at, "killed": len(killed or []), "exit_status": job.proc.returncode,
                 "processes_left": len(left), "line": str(e).splitlines()[0] if str(e) else type(e).__name__,
-                "user_lines": job.user_lines()[-2:],
+                "user_lines": job.user_lines()[-2:], "world_lines": world_lines(job.stderr()),
                 "tail": [t for t in job.stderr().splitlines() if t.strip()][-3:]}  # a traceback's last line
   finally:
     shutil.rmtree(model_dir, ignore_errors=True)
@@ -123,7 +146,26 @@ def launch_once(hosts: Hosts, model_dir: str, fault: str) -> dict:
           "commit_ms": round(commit_ms, 1), "step_ms": round(step_ms, 1),
           "commit_per_step": round(commit_ms / COMMIT_EVERY / step_ms, 4), "exit_status": job.proc.returncode,
           "processes_left": len(left), "final_top1": summary["final_top1"],
-          "replicas_identical": summary["replicas_identical"], "epochs": summary["epochs"]}
+          "replicas_identical": summary["replicas_identical"], "epochs": summary["epochs"],
+          "status": summary["status"], "compression": (summary.get("compression") or {}).get("kind"),
+          "base_batch": (summary.get("adascale") or {}).get("base_batch")}
+
+
+def launch_kept(r: dict) -> list[str]:
+  """What a finished lost-host launch broke of its row's promise (pure; [] when it kept it): the
+  survivor trained alone, the host joined again, the replicas ended identical, the run finished
+  (exit 0, nothing left), at most COMMIT_EVERY steps lost to the loss."""
+  broken = []
+  worlds = r.get("worlds") or []
+  if not (len(worlds) >= 3 and worlds[0] == worlds[-1] == 2 and 1 in worlds[1:-1]):
+    broken.append(f"worlds {worlds} (want 2 -> 1 -> 2)")
+  if not r.get("replicas_identical"):
+    broken.append("replicas differ")
+  if r.get("status") != "finished" or r.get("exit_status") != 0 or r.get("processes_left"):
+    broken.append(f"status {r.get('status')}, exit {r.get('exit_status')}, {r.get('processes_left')} left")
+  if not r.get("steps_lost") or r["steps_lost"][0] > COMMIT_EVERY:
+    broken.append(f"steps lost {r.get('steps_lost')} (at most {COMMIT_EVERY})")
+  return broken
 
 
 def aggregate(fault: str, runs: list[dict]) -> dict:
@@ -133,14 +175,22 @@ def aggregate(fault: str, runs: list[dict]) -> dict:
   finished = [r for r in runs if r["outcome"] == "finished"]
   hangs = [r for r in runs if r["outcome"] == "hang"]
   failed = [r for r in runs if r["outcome"] == "failed"]
-  row = {"fault": fault, "launcher": LAUNCHER, "allreduce": FAULTS[fault], "launches": len(runs),
+  row = {"fault": fault, "launcher": LAUNCHER, "allreduce": FAULTS[fault][0], "flags": " ".join(FAULTS[fault][1]),
+         "launches": len(runs),
          "hangs": len(hangs), "failed": len(failed), "finished": len(finished),
          "exit_status": collections.Counter(r["exit_status"] for r in runs).most_common(1)[0][0] if runs else None,
          "processes_left": max((r["processes_left"] for r in runs), default=0),
-         "failures": [{"launch": i + 1, **{k: r.get(k) for k in ("outcome", "line", "user_lines", "tail")}}
-                      for i, r in enumerate(runs) if r["outcome"] != "finished"],
+         "failures": [{"launch": i + 1, **{k: r.get(k) for k in ("outcome", "line", "user_lines", "world_lines",
+                                                                 "tail")}} for i, r in enumerate(runs)
+                      if r["outcome"] != "finished"],
          "per_launch": [{k: r.get(k) for k in ("outcome", "at", "seconds_to_training", "steps_lost",
                                                "seconds_to_join", "worlds", "exit_status")} for r in runs]}
+  broken = {i + 1: b for i, r in enumerate(runs) if r["outcome"] == "finished" and (b := launch_kept(r))}
+  row.update(kept=len(finished) == len(runs) and not broken, measured=[
+      f"{len(finished)} of {len(runs)} launches finished ({len(hangs)} hung, {len(failed)} failed otherwise)",
+      "every finished launch: the survivor trained alone, the host joined again, replicas identical, status "
+      f"finished, at most {COMMIT_EVERY} steps lost" if not broken else
+      "BROKEN in " + "; ".join(f"launch {i}: {', '.join(b)}" for i, b in broken.items())])
   if not finished:
     why = failed[0]["line"] if failed else "every launch hung"
     return dict(row, what="not measured", line=f"not measured: no launch finished ({why})")
@@ -150,8 +200,9 @@ def aggregate(fault: str, runs: list[dict]) -> dict:
 
   worlds = collections.Counter(tuple(r["worlds"]) for r in finished)
   lost = [r["steps_lost"][0] for r in finished if r["steps_lost"]]
+  flags = f" ({row['flags']})" if row["flags"] else ""
   return dict(row, what=f"SIGKILL to every rank of the second host at step {round(median('at'))} (median), "
-                        "then the host listed again",
+                        f"then the host listed again{flags}",
               killed=max(r["killed"] for r in finished), seconds_to_training=round(median("seconds_to_training"), 1),
               steps_lost=[round(statistics.median(lost), 1)] if lost else [], steps_lost_max=max(lost, default=None),
               seconds_to_join=round(median("seconds_to_join"), 1), worlds=list(worlds.most_common(1)[0][0]),
@@ -237,10 +288,26 @@ def join_dies(hosts: Hosts, workdir: str) -> dict:
          "processes_left": len(left), "final_top1": summary["final_top1"],
          "replicas_identical": summary["replicas_identical"], "epochs": summary["epochs"],
          "status": summary["status"], "killed_in_setup": in_setup, "line": line[0] if line else ""}
+  row.update(join_dies_kept(row))
   emit(f"faults: {JOIN_DIES}: killed in its set-up: {in_setup}; training again {row['seconds_to_training']} s "
        f"after the kill, worlds {e['worlds']}, steps lost {e['steps_lost']}, exit {row['exit_status']}, "
        f"{row['processes_left']} left, {summary['status']} at epoch {summary['epochs']}: {row['line']}")
   return row
+
+
+def join_dies_kept(row: dict) -> dict:
+  """elastic-join-dies' verdict (pure): its rank killed in its set-up, the survivor rolled back and
+  trained on alone to the end (no world of 2 after the loss), identical replicas, exit 0, nothing left."""
+  worlds, lost = row["worlds"], row["steps_lost"]
+  alone = worlds[:1] == [2] and len(worlds) >= 2 and 2 not in worlds[1:]
+  ended = row["status"] == "finished" and row["exit_status"] == 0 and row["processes_left"] == 0
+  kept = (row["killed_in_setup"] and alone and ended and row["replicas_identical"]
+          and max(lost, default=0) <= COMMIT_EVERY)
+  return {"kept": bool(kept), "measured": [
+      f"{'killed in its set-up' if row['killed_in_setup'] else 'NOT killed in its set-up (not the case measured)'}; "
+      f"worlds {' -> '.join(map(str, worlds))} ({'no' if alone else 'A'} world of 2 after the loss); steps lost "
+      f"{lost} (at most {COMMIT_EVERY}); status {row['status']}, exit {row['exit_status']}, "
+      f"{row['processes_left']} left; replicas {'identical' if row['replicas_identical'] else 'DIFFER'}"]}
 
 
 def resnet50_commit_seconds() -> dict:
@@ -299,10 +366,10 @@ def table(rows: list[dict], commit: dict | None, before: dict | None = None) -> 
   before = before or {}
   out = ["| fault | before | allreduce | s from the loss to training | steps lost (commit every) | s from the "
          "return to training together | worlds | a commit / a step (ms) | commit cost per step | exit | left | final "
-         "top-1 | replicas identical |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+         "top-1 | replicas identical | the row's promise, measured |", "|---" * 14 + "|"]
   for r in rows:
     if "seconds_to_training" not in r:
-      out.append(f"| {r['fault']} | {before.get(r['fault'], '(new)')} | {r['line']} |" + " |" * 10)
+      out.append(f"| {r['fault']} | {before.get(r['fault'], '(new)')} | {r['line']} |" + " |" * 10 + f" {promise(r)} |")
       continue
     joined = r["seconds_to_join"] if r["seconds_to_join"] is not None else "never: " + (
         "killed in its set-up" if r.get("killed_in_setup") else "killed after its set-up (not the case measured)")
@@ -313,7 +380,7 @@ def table(rows: list[dict], commit: dict | None, before: dict | None = None) -> 
                f"{joined} | "
                f"{' -> '.join(map(str, r['worlds']))} | {r['commit_ms']} / {r['step_ms']} | "
                f"{r['commit_per_step']:.2%} | {r['exit_status']} | {r['processes_left']} | "
-               f"{r['final_top1']:.4f} | {r['replicas_identical']} |")
+               f"{r['final_top1']:.4f} | {r['replicas_identical']} | {promise(r)} |")
   if commit:
     ms = commit["seconds"] * 1000
     out.append(f"\nA commit of ResNet-50's state with SGD momentum ({commit['bytes'] / 2**20:.0f} MiB copied to host "

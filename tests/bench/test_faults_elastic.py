@@ -50,3 +50,41 @@ def test_a_row_where_no_launch_finished_says_so():
   row = faults_elastic.aggregate("elastic-hybrid", [failed("hang", "x"), failed("hang", "y")])
   assert row["hangs"] == 2 and row["line"] == "not measured: no launch finished (every launch hung)"
   assert "not measured: no launch finished" in faults_elastic.table([row], None)
+
+
+def test_a_row_is_kept_only_when_every_launch_finished_and_kept_its_promise():
+  row = faults_elastic.aggregate("elastic-adaptive-powersgd",
+                                 [finished(status="finished"), finished(status="finished")])
+  assert row["kept"] and row["flags"] == " ".join(faults_elastic.ADAPTIVE) and row["allreduce"] == "horovod"
+  assert row["measured"][0] == "2 of 2 launches finished (0 hung, 0 failed otherwise)"
+  assert "--compression=powersgd" in row["what"] and "| kept: 2 of 2 launches finished" in faults_elastic.table(
+      [row], None)
+  lost = faults_elastic.aggregate("elastic-horovod", [finished(status="finished"),
+                                                      finished(status="finished", steps_lost=[12])])
+  assert not lost["kept"] and "launch 2: steps lost [12] (at most 10)" in lost["measured"][1]
+  alone = faults_elastic.aggregate("elastic-horovod", [finished(status="finished", worlds=[2, 1])])
+  assert not alone["kept"] and "worlds [2, 1] (want 2 -> 1 -> 2)" in alone["measured"][1]
+  hung = faults_elastic.aggregate("elastic-horovod", [finished(status="finished"), failed("hang", "x")])
+  assert not hung["kept"] and hung["measured"][0] == "1 of 2 launches finished (1 hung, 0 failed otherwise)"
+  assert faults_elastic.launch_kept(finished(status="finished", replicas_identical=False)) == ["replicas differ"]
+
+
+def test_a_joiner_that_died_in_its_set_up_is_kept_when_the_survivor_trained_on_alone():
+  row = {"worlds": [2, 1, 1], "steps_lost": [3, 0], "status": "finished", "exit_status": 0, "processes_left": 0,
+         "replicas_identical": True, "killed_in_setup": True}
+  assert faults_elastic.join_dies_kept(row)["kept"]
+  assert not faults_elastic.join_dies_kept(dict(row, worlds=[2, 1, 2]))["kept"]  # it joined: not the case
+  assert not faults_elastic.join_dies_kept(dict(row, killed_in_setup=False))["kept"]
+  assert not faults_elastic.join_dies_kept(dict(row, exit_status=4))["kept"]
+
+
+def test_a_failed_launch_keeps_where_its_worlds_were():
+  text = ("[0]<stderr>:20:35:01 world: 2 ranks on 2 hosts at step 0 (epoch 0, 0 of its examples trained)\n"
+          "[0]<stderr>:epoch   0.50  update     25  loss 2.0\n"
+          "[0]<stderr>:20:35:40 the world is changing (a rank lost or a host added); checkpoint m/ckpt-20 holds it\n"
+          "[0]<stderr>:20:35:50 world: 1 ranks on 1 hosts at step 20 (epoch 0, 1280 of its examples trained)\n"
+          "[0]<stderr>:20:35:50 batch: this world starts at K 2, compression powersgd (global batch 64)\n"
+          "[0]<stderr>:epoch   1.10  update     50  loss 1.1\n" + STALLED)
+  lines = faults_elastic.world_lines(text)
+  assert [l.split(">:")[1][:14] for l in lines] == ["20:35:01 world", "20:35:40 the w", "20:35:50 world",
+                                                     "20:35:50 batch", "epoch   1.10  "]
