@@ -287,7 +287,8 @@ def export_measure(job: Job, model_dir: str) -> dict:
   step = newest_checkpoint(model_dir)
   ckpt = sum(_size(os.path.join(model_dir, f)) for f in os.listdir(model_dir) if f.startswith(f"ckpt-{step}."))
   return {"kept": bool(summary) and summary.get("status") == "finished" and bool(error) and job.proc.returncode == 0
-          and not job.rank_traceback() and not exported, "summary_sha256": _sha256(os.path.join(model_dir, "summary.json")),
+          and not job.rank_traceback() and not exported,
+          "summary_sha256": _sha256(os.path.join(model_dir, "summary.json")),
           "measured": [f"summary.json {'written, status ' + str(summary.get('status')) if summary else 'MISSING'}, "
                        f"export_error {'in it' if error else 'absent'}, export/ {'present' if exported else 'absent'}; "
                        f"a checkpoint {ckpt / 2**20:.2f} MiB, {fs.f_bavail * fs.f_frsize / 2**20:.2f} MiB left free"]}

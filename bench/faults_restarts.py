@@ -58,7 +58,8 @@ def adascale_resumed(text: str, summary: dict, before: dict) -> dict:
   same_tau = line is not None and before.get("tau") is not None and abs(tau - before["tau"]) < 0.051
   said_epoch = float(line.group(3)) if line else None
   same_epoch = said_epoch is not None and before.get("epoch") is not None and abs(said_epoch - before["epoch"]) < 0.011
-  goes_on = first is not None and before.get("epoch") is not None and abs(float(first.group(1)) - before["epoch"]) <= 0.1
+  goes_on = (first is not None and before.get("epoch") is not None
+             and abs(float(first.group(1)) - before["epoch"]) <= 0.1)
   done = ada.get("base_batch") == 32 and summary.get("status") == "finished"
   return {"kept": same_tau and same_epoch and goes_on and done, "measured": [
       f"resumed at tau {tau} ({'the stop' if same_tau else 'NOT the stop'}'s {before.get('tau') or 0:.1f}), its line "

@@ -212,10 +212,12 @@ def verdict(name: str, row: dict) -> dict:
   the resumed run from it, exit 0, nothing left; a notice, exit 75 and the job requeued (COMPLETED
   after); a scancel, a resubmission (not requeued); the notice in an evaluation, the stop within
   NOTICE_S, no evaluation completed before it, and the requeued run evaluating that step first."""
-  line = re.match(r"stopped: (SIG\w+) (?:received|on another rank) at step (\d+) .*checkpoint \S*ckpt-(\d+); .*\(exit 75\)$", row["line"] or "")
+  line = re.match(r"stopped: (SIG\w+) (?:received|on another rank) at step (\d+) .*checkpoint \S*ckpt-(\d+); "
+                  r".*\(exit 75\)$", row["line"] or "")
   at = line and int(line.group(2)) == int(line.group(3)) == row["checkpoint_step"] == row["last_step"]
   checks = [(bool(at), f"`stopped:` ({line.group(1)}) at step {line.group(2)} with ckpt-{line.group(3)}, nothing lost"
-             if at else f"NO stop line at the last step {row['last_step']} with its checkpoint {row['checkpoint_step']}"),
+             if at else f"NO stop line at the last step {row['last_step']} with its checkpoint "
+             f"{row['checkpoint_step']}"),
             (row["resumed_from"] == row["checkpoint_step"] and row["resume_exit_status"] == 0,
              f"the next run resumed from {row['resumed_from']}, exit {row['resume_exit_status']}"),
             (row["processes_left"] == 0 and row.get("resume_processes_left") == 0,
@@ -231,7 +233,8 @@ def verdict(name: str, row: dict) -> dict:
     checks += [(row["phase_at_fault"] == "eval" and row["step_at_fault"] == EPOCH_END and stop_s is not None
                 and stop_s <= NOTICE_S and not row["evaluated_in_first_run"],
                 f"the notice in the evaluation of step {row['step_at_fault']}, the stop line {stop_s} s later (window "
-                f"{NOTICE_S} s), {'an eval line BEFORE it' if row['evaluated_in_first_run'] else 'no eval line before'}; "
+                f"{NOTICE_S} s), "
+                f"{'an eval line BEFORE it' if row['evaluated_in_first_run'] else 'no eval line before'}; "
                 f"the requeued run's evaluation of that step took {row['resume_eval_seconds']} s"),
                (row["checkpoint_step"] == EPOCH_END and row["resume_evaluated"] is not None,
                 f"resumed from ckpt-{row['checkpoint_step']}, saved before the evaluation, and evaluated it again "

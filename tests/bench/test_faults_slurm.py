@@ -46,8 +46,9 @@ def test_only_other_rows_start_no_slurm(tmp_path):
   assert faults_slurm.rows("sigkill-rank-mpi,disk-full", str(tmp_path)) == ([], None)
 
 
-ROW = {"line": FIRST.splitlines()[4], "checkpoint_step": 39, "last_step": 39, "resumed_from": 39, "resume_exit_status": 0,
-       "processes_left": 0, "resume_processes_left": 0, "exit_status": 75, "requeued": True, "resume_state": "COMPLETED"}
+ROW = {"line": FIRST.splitlines()[4], "checkpoint_step": 39, "last_step": 39, "resumed_from": 39,
+       "resume_exit_status": 0, "processes_left": 0, "resume_processes_left": 0, "exit_status": 75, "requeued": True,
+       "resume_state": "COMPLETED"}
 IN_EVAL = dict(ROW, line="stopped: SIGUSR1 received at step 23 (epoch 1.00); checkpoint m/ckpt-23; run the same "
                "command to resume (exit 75)", checkpoint_step=23, last_step=23, resumed_from=23, phase_at_fault="eval",
                step_at_fault=23, seconds_to_stop_line=1.8, evaluated_in_first_run=False, resume_eval_seconds=41.0,
