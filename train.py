@@ -71,9 +71,9 @@ def train(stop_request: signals.StopRequest):
       config.data, world, config.run.seed, dtype=dtype, scanned=scanned, elastic=mode.elastic_input)
   data = input_for(config, world)
   model, optimizer, loss_scale = model_and_optimizer(config, data.info, log)
-  # PowerSGD's residuals and Qs (None without it): checkpointed, broadcast and committed with the weights;
-  # --compression=auto's choice from a probe and encode times agreed over ranks (comm/compression_choice.py).
-  compression = make_compression(hvd, config.comm, world, model.trainable_variables, config.run.seed, log)
+  # PowerSGD's state (checkpointed, broadcast, committed); auto's choice from a probe and agreed encode times.
+  compression = make_compression(hvd, config.comm, world, model.trainable_variables, config.run.seed, log,
+                                 choose=not config.faults.elastic)  # --elastic: each world chooses (shape.py)
   powersgd = compression.powersgd
   step_var, saver = restore(config, world, mode, model, optimizer, loss_scale, powersgd, data)
   replicated = model.variables + optimizer.variables + [step_var]  # alike on every rank (BatchNorm's once agreed)

@@ -25,6 +25,7 @@ algorithm in few buckets like any gradients. --compression=auto
 which matrices PowerSGD compresses, if any (make_compression).
 """
 import dataclasses
+import math
 import os
 
 import tensorflow as tf
@@ -147,15 +148,16 @@ def describe(plan: list[dict]) -> str:
   return " ".join(f"{p['algorithm']}:{p['bytes'] / fusion.MB:.1f}" for p in plan)
 
 
-def cost_of(hvd, config: CommConfig, world: World) -> cost_model.CostModel:
+def cost_of(hvd, config: CommConfig, world: World, gradient_bytes: int = 0) -> cost_model.CostModel:
   """The CostModel this job's exchange is priced by: --hybrid_cost when given, else probed (a
   collective, on every rank; a second or so): each level under hier and hybrid (probe.measure),
-  the one allreduce over every rank under flat and horovod (probe.measure_flat)."""
+  the one allreduce over every rank under flat and horovod (probe.measure_flat); gradient_bytes: the
+  model's, which bound the probe's largest message (probe.large_bytes; 0: its default)."""
   if config.hybrid_cost != "probe":
     return cost_model.parse(config.hybrid_cost)
   if config.allreduce in ("hier", "hybrid"):
-    return probe.measure(hvd, world, hierarchical.register(hvd, world))
-  return probe.measure_flat(hvd, world)
+    return probe.measure(hvd, world, hierarchical.register(hvd, world), probe.large_bytes(gradient_bytes))
+  return probe.measure_flat(hvd, world, probe.large_bytes(gradient_bytes))
 
 
 def make_gradient_exchange(hvd, config: CommConfig, world: World, log=None,
@@ -221,13 +223,17 @@ class Compression:
   cost: "cost_model.CostModel | None"
   summary: dict
   compress: bool = False
+  chosen: bool = True  # False: auto's choice left to each world (--elastic: no collective before its loop)
 
 
 def make_compression(hvd, config: CommConfig, world: World, variables, seed: int, log=None,
-                     encode_seconds=None) -> Compression:
+                     encode_seconds=None, choose: bool = True) -> Compression:
   """The compression of this job. powersgd and the others as given; under auto, PowerSGD's state for
   every matrix its plan allows (so a later choice, another world's or the batch controller's, has
-  it) and the choice of choose_auto. encode_seconds: choose_auto's (tests)."""
+  it) and the choice of choose_auto, or with choose=False none yet (--elastic: choose_auto's probe
+  and agreement are collectives, which a rank joining a later world would meet alone before the
+  elastic loop, and the world hung; each world chooses instead, training/shape.py).
+  encode_seconds: choose_auto's (tests)."""
   compressor = make_powersgd(config, variables, seed, log if config.compression == "powersgd" else None)
   if config.compression != "auto":
     entry = {"kind": config.compression}
@@ -237,6 +243,8 @@ def make_compression(hvd, config: CommConfig, world: World, variables, seed: int
       entry.update(rank=config.powersgd_rank, layers_compressed=sum(v is not None for v in compressor.views),
                    bytes_per_step={"uncompressed": sent.uncompressed, "compressed": sent.compressed})
     return Compression(config, compressor, None, entry, compress=compressor is not None)
+  if not choose:
+    return Compression(config, compressor, None, {"kind": "auto", "chose": "in each world"}, chosen=False)
   return choose_auto(Compression(config, compressor, None, {}), hvd, world, variables, log, encode_seconds)
 
 
@@ -255,7 +263,7 @@ def choose_auto(compression: Compression, hvd, world: World, variables, log=None
   the same collectives in each step."""
   config, compressor = compression.config, compression.powersgd
   shapes = [v.shape for v in variables]
-  model = cost_of(hvd, config, world)
+  model = cost_of(hvd, config, world, sum(4 * math.prod(int(d) for d in shape) for shape in shapes))
   if encode_seconds is None:
     own = probe.encode_seconds(compressor.planned, config.powersgd_rank, compressor.wire,
                                config.powersgd_error_feedback)

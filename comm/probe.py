@@ -18,6 +18,14 @@ LARGE_BYTES = 8 << 20   # bandwidth-bound, yet a fraction of a second on a busy 
 REPEATS = 5
 
 
+def large_bytes(gradient_bytes: int = 0) -> int:
+  """The bandwidth-bound probe's size: LARGE_BYTES, or the model's gradients where they are smaller
+  (at least 64 KB, well past latency-bound): the sizes the exchange will send are the ones to time.
+  8 MB six times (a warm-up and 5 repeats) took 25-27 s of a 124 s time-to-target run over a 20 Mbit/s
+  link with ResNet-8's 0.3 MB of gradients, and each elastic world pays it again."""
+  return LARGE_BYTES if not gradient_bytes else int(min(LARGE_BYTES, max(64 << 10, gradient_bytes)))
+
+
 def _median_seconds(hvd, nbytes: int, process_set, name: str) -> float:
   x = tf.zeros([nbytes // 4], tf.float32)
   # One name for the warm-up and every repeat, as a training step reuses its
@@ -32,7 +40,7 @@ def _median_seconds(hvd, nbytes: int, process_set, name: str) -> float:
   return float(np.median(times))
 
 
-def measure(hvd, world: World, groups: Groups) -> CostModel:
+def measure(hvd, world: World, groups: Groups, large: int = LARGE_BYTES) -> CostModel:
   """The CostModel of this job from a few timed allreduces per level (well under a second idle).
 
   Every rank times its own groups, so all groups of a level run at once, as in
@@ -48,7 +56,7 @@ def measure(hvd, world: World, groups: Groups) -> CostModel:
     if process_set is None:
       return [0.0, 0.0]
     return [_median_seconds(hvd, SMALL_BYTES, process_set, f"{name}_s"),
-            _median_seconds(hvd, LARGE_BYTES, process_set, f"{name}_l")]
+            _median_seconds(hvd, large, process_set, f"{name}_l")]
 
   # Levels in turn, not together: the probe must see each level alone.
   node = level(groups.node, world.local_size, "probe_node")
@@ -58,14 +66,14 @@ def measure(hvd, world: World, groups: Groups) -> CostModel:
   def link(ranks, sharing, t_small, t_large):
     if ranks <= 1:
       return Link(0.0, 0.0)
-    return fit(ranks, [(SMALL_BYTES, t_small), (LARGE_BYTES, t_large)], sharing)
+    return fit(ranks, [(SMALL_BYTES, t_small), (large, t_large)], sharing)
 
   return CostModel(intra=link(world.local_size, 1, *times[:2]),
                    inter=link(world.cross_size, world.local_size, *times[2:]),
                    flat="ring" if hvd.gloo_enabled() else "mpi")
 
 
-def measure_flat(hvd, world: World) -> CostModel:
+def measure_flat(hvd, world: World, large: int = LARGE_BYTES) -> CostModel:
   """The CostModel of one allreduce over every rank (flat's buckets, and the buffers Horovod's own
   fusion sends under --allreduce=horovod), timed as such: what --compression=auto prices them by
   when no --hybrid_cost is given. No process sets needed, so flat and horovod register none.
@@ -77,9 +85,9 @@ def measure_flat(hvd, world: World) -> CostModel:
   if world.size <= 1:
     return CostModel(intra=Link(0.0, 0.0), inter=Link(0.0, 0.0))
   own = [_median_seconds(hvd, SMALL_BYTES, hvd.global_process_set, "probe_flat_s"),
-         _median_seconds(hvd, LARGE_BYTES, hvd.global_process_set, "probe_flat_l")]
-  small, large = hvd.allreduce(tf.constant(own, tf.float64), op=hvd.Max, name="probe_flat_times").numpy()
-  link = fit(world.size, [(SMALL_BYTES, small), (LARGE_BYTES, large)])
+         _median_seconds(hvd, large, hvd.global_process_set, "probe_flat_l")]
+  t_small, t_large = hvd.allreduce(tf.constant(own, tf.float64), op=hvd.Max, name="probe_flat_times").numpy()
+  link = fit(world.size, [(SMALL_BYTES, t_small), (large, t_large)])
   if world.cross_size == 1:
     return CostModel(intra=link, inter=Link(0.0, 0.0))
   # flat_call's beta is per byte of the buffer, fit's per byte a member sends: 2(g-1)/g of it.

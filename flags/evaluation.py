@@ -7,7 +7,9 @@ from flags.config import ConfigError, DatasetInfo, EvalConfig
 def define() -> None:
   absl_flags.DEFINE_integer(
       "eval_every", 0, "Also evaluate on the held-out split every N steps into each epoch (0: only "
-      "at the end of each epoch and of the run); with a target, each evaluation can end the run.")
+      "at the end of each epoch and of the run); with a target, each evaluation can end the run. Steps of "
+      "the global batch the flags set: where the batch controller changes it (--batch_policy=adaptive), "
+      "every N x that batch's images.")
   absl_flags.DEFINE_float(
       "target_top1", 0, "Time to accuracy: stop every rank once the held-out top-1 reaches this "
       "fraction, in (0, 1] (MLPerf ResNet-50: 0.759), and report time_to_target_seconds from "

@@ -55,7 +55,8 @@ class Course:
     """Updates applied since the run began (--max_steps and --checkpoint_every count these)."""
     return self.holder.position.step
 
-  def _epoch_images(self) -> int:
+  def epoch_images(self) -> int:
+    """Images the epoch has trained, over its worlds and batches."""
     p = self.holder.position
     return sum(g.size * g.step_batch * g.steps for g in p.history + ((p.current,) if p.current else ()))
 
@@ -68,7 +69,7 @@ class Course:
     """Whole steps of this world's batch in what the epoch has trained, rounded down: one way, so
     a position of another world's batch moves on by exactly one a step (round(), half to even, read
     a 1-rank run's odd step 71 on 2 ranks as 36, then 36 again, and ran its evaluation twice)."""
-    return min(steps_per_epoch, whole(self._epoch_images() / self.data_config.global_batch))
+    return min(steps_per_epoch, whole(self.epoch_images() / self.data_config.global_batch))
 
   def nominal_step(self, steps_per_epoch: int) -> float:
     """The LR schedule's and the progress line's step: epochs trained in this world's steps (AdaScale:
@@ -90,7 +91,7 @@ class Course:
 
   def fresh_epoch(self) -> bool:
     """Nothing of the current epoch trained yet."""
-    return not self._epoch_images()
+    return not self.epoch_images()
 
   def last_step(self, steps_per_epoch: int) -> int:
     """The schedule's step the run ends at (--max_steps counts updates: AdaScale's bound, a step moves

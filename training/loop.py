@@ -44,6 +44,7 @@ class NoProgress(RuntimeError):
 class Policy:
   """When to evaluate and checkpoint, and what ends a run (from the run's Config)."""
   eval_every: int = 0          # steps into an epoch between held-out evaluations (0: epoch ends only)
+  eval_images: int = 0         # the same spacing in images, where the batch can change (0: count steps)
   target_top1: float = 0.0     # held-out top-1 that ends the run (0: none)
   target_top5: float = 0.0
   checkpoint_every: int = 0    # steps between checkpoints besides epoch ends (0: epoch ends only)
@@ -51,9 +52,12 @@ class Policy:
   max_skipped: int = 10        # fp16: skipped steps in a row that count as a divergence
 
   @classmethod
-  def of(cls, config) -> "Policy":
+  def of(cls, config, eval_batch: int = 0) -> "Policy":
+    """eval_batch: the global batch --eval_every's steps are of (the world's as the flags set it): a
+    batch controller's larger K then does not space the evaluations out (0: this config's steps)."""
     e = config.evaluation
-    return cls(eval_every=e.eval_every, target_top1=e.target_top1, target_top5=e.target_top5,
+    return cls(eval_every=e.eval_every, eval_images=e.eval_every * eval_batch, target_top1=e.target_top1,
+               target_top5=e.target_top5,
                checkpoint_every=config.run.checkpoint_every, fp16=config.optim.precision == "fp16",
                max_skipped=config.faults.max_skipped_steps)
 
@@ -216,7 +220,7 @@ class Loop:
         return self._ending(outcome.STOPPED, SIGNAL)
       return self._ending(outcome.TARGET_REACHED, TARGET) if end == TARGET else self._ending(outcome.OK, NOTHING_LEFT)
     into = course.into_epoch(spe)
-    if course.step and into and due(into, self.policy.eval_every) and record is None:
+    if course.step and self._eval_due(into, course.position.global_batch) and record is None:
       end = self._evaluate()  # stopped during a mid-epoch evaluation: it runs before training goes on
       if end:
         return self._finish(*self._ended_by(end))
@@ -245,7 +249,7 @@ class Loop:
     if verdict.status == outcome.STOPPED:
       return outcome.STOPPED, SIGNAL
     into = course.into_epoch(spe)
-    evaluating = due(into, self.policy.eval_every)
+    evaluating = self._eval_due(into)
     # A --checkpoint_every save is a commit too (--elastic: a world change resumes from it), and every
     # evaluation is saved first (the module docstring); at an epoch's last step the epoch end saves,
     # once (its finiteness agreed once).
@@ -317,6 +321,21 @@ class Loop:
     if self.agreed != step:
       self.agree()
       self.agreed = step
+
+  def _eval_due(self, into: int, last_batch: int = 0) -> bool:
+    """Whether an --eval_every evaluation falls after the step just taken (into: its steps into the
+    epoch, 0 at the epoch's end, which evaluates anyway): every eval_every steps into the epoch, or,
+    where the batch can change, each time the epoch's images cross a multiple of eval_images (counted
+    in the current batch's steps, the evaluations after a change of K to 2 came at updates 54, 83,
+    112: 3,712 images apart instead of 1,875, and a larger batch saw its target later). last_batch:
+    the images that step took (default: this course's global batch)."""
+    p = self.policy
+    if not into or not p.eval_every:
+      return False
+    if not p.eval_images:
+      return due(into, p.eval_every)
+    now = self.course.epoch_images()
+    return now // p.eval_images > (now - (last_batch or self.course.data_config.global_batch)) // p.eval_images
 
   @staticmethod
   def _ended_by(end: str) -> tuple[int, str]:

@@ -104,6 +104,7 @@ class Run:
     self.steps: dict[int, object] = {}  # K -> this world's traced train step
     self.compressing = NONE
     self.started = False  # past --compression_start
+    self.eval_batch = config.data.global_batch  # --eval_every's steps: of the world's batch as the flags set it
     self.timed = [0, 0.0]  # images and seconds of the stretches' timed steps
 
   # ------------------------------------------------------------ transitions --
@@ -115,7 +116,7 @@ class Run:
       p.writers.setdefault("tb", tf.summary.create_file_writer(os.path.join(config.run.model_dir, "tb")))
     if p.noise:  # the estimates of the checkpoint or commit this world starts from, alike on every rank
       p.noise.restore(self.course.position.noise)
-    if self.later and p.rechoose:  # auto: this world's links, priced again (a collective of this world)
+    if p.rechoose and (self.later or not p.compression.chosen):  # auto: this world's links, priced (collectives)
       p.compression = p.rechoose(world)
     # hybrid probes the links here, unless --compression=auto did (its model is reused)
     self.exchange = exchange_lib.make_gradient_exchange(p.hvd, config.comm, world, p.log, model=p.compression.cost)
@@ -248,7 +249,7 @@ class Run:
     loop = loop_lib.Loop(
         course, data, step_lib.host_step(self.step_for(config.data.accumulation_steps)), p.evaluator(data),
         save=lambda s: p.saver.save(s, course.position), schedule=schedule, stop_code=lambda: p.stop_request.code,
-        policy=loop_lib.Policy.of(config), clock=p.clock, gain=gain, resize=self.reshape, agree=p.agree,
+        policy=loop_lib.Policy.of(config, self.eval_batch), clock=p.clock, gain=gain, resize=self.reshape, agree=p.agree,
         record=p.saver.record_evaluation,
         hooks=[hooks.StepVariable(p.step_var), hooks.Watching(p.watchdog), *filter(None, [measuring]),
                *([p.controller] if p.controller else []), hooks.Reporting(progress, by_updates=gain is not None)])

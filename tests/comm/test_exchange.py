@@ -138,3 +138,16 @@ def test_other_compressions_record_their_kind():
                            seed=0).summary
   assert entry == {"kind": "powersgd", "rank": 2, "layers_compressed": 1,
                    "bytes_per_step": {"uncompressed": 4 * 64 * 64, "compressed": 4 * 2 * 2 * 64}}
+
+
+def test_auto_under_elastic_leaves_the_choice_to_each_world_and_makes_no_collective():
+  # A rank joining a later world meets no collective before the elastic loop: a start-up probe there hung
+  # the world (the survivors were in the state's sync). Each world chooses (training/shape.py).
+  class NoCollective:
+    def __getattr__(self, name):
+      raise AssertionError(f"a collective before the elastic loop: hvd.{name}")
+  config = CommConfig("flat", compression="auto", powersgd_rank=2, hybrid_cost=SLOW)
+  variables = [tf.Variable(tf.zeros(s)) for s in [(256, 256), (256,)]]
+  compression = make_compression(NoCollective(), config, TWO_HOSTS, variables, seed=0, choose=False)
+  assert not compression.chosen and not compression.compress and compression.powersgd is not None
+  assert compression.summary == {"kind": "auto", "chose": "in each world"}

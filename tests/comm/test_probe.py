@@ -42,3 +42,13 @@ def test_measure_flat_prices_flat_as_timed(monkeypatch, world):
   for nbytes in (1e3, 1e6, 1e8):
     assert cost_model.flat_time(model, world, nbytes) == pytest.approx(cost_model.allreduce_time(truth, 4, nbytes))
   assert cost_model.flat_time(probe.measure_flat(OneCall(), World()), World(), 1e8) == 0.0
+
+
+@pytest.mark.parametrize("gradient_bytes, want", [
+    (0, probe.LARGE_BYTES),                  # not given: the default
+    (311_000, 311_000),                      # ResNet-8's gradients: what the exchange sends, not 8 MB
+    (1_000, 64 << 10),                       # still bandwidth-bound
+    (102_000_000, probe.LARGE_BYTES),        # ResNet-50's: the default bounds it
+])
+def test_the_large_probe_is_the_models_gradients_where_they_are_smaller(gradient_bytes, want):
+  assert probe.large_bytes(gradient_bytes) == want

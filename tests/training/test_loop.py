@@ -369,3 +369,13 @@ def test_no_batch_change_at_an_epochs_last_step_its_end_comes_first():
   ending, events = Run(spe=2, epochs=1, resize=lambda step: asked.append(step) or (3 if step == 2 else None)).run()
   assert asked == [1] and ending.cause == loop.FINISHED  # step 2 ends the epoch: not asked there
 
+
+
+def test_where_the_batch_can_change_evaluations_are_spaced_in_images():
+  # --batch_policy=adaptive: --eval_every counts the flags' batch's steps, so K = 2 does not space the
+  # evaluations out. 3 images a step here, every 4 images: after steps 2 (6), 3 (9) and 4 (12) of 10.
+  the_course = course.Course(course.Held(Position()), types.SimpleNamespace(epochs=1, max_steps=0), ONE,
+                             types.SimpleNamespace(step_batch=3, global_batch=3))
+  _, events = Run(spe=10, epochs=1, policy=Policy(eval_every=4, eval_images=4), the_course=the_course,
+                  data=Data(10, num_train=30)).run()
+  assert [e for e in events if e[0] == "eval"][:4] == [("eval", s) for s in (2, 3, 4, 6)]

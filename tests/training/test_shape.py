@@ -298,6 +298,7 @@ def test_auto_prices_each_later_world_again_and_the_first_by_its_start_up_choice
   parts = parts_for(str(tmp_path), 0, Plan({}), Record())
   parts.noise, asked = Noise(), []
   parts.rechoose = lambda world: asked.append(world.size) or parts.compression
+  parts.compression.chosen = True
   for later in (False, True):
     config, world = config_for(tmp, 1), world_of(1, 0)
     data = pipeline.build(config.data, world, 1, elastic=True)
@@ -305,3 +306,7 @@ def test_auto_prices_each_later_world_again_and_the_first_by_its_start_up_choice
                                DIGITS.num_train)
     FakeRun(parts, world, config, data, course, later=later).begin()
   assert asked == [1]
+  # --elastic: no choice at start-up (no collective before the elastic loop), so the first world chooses too.
+  parts.compression.chosen = False
+  FakeRun(parts, world, config, data, course, later=False).begin()
+  assert asked == [1, 1]
