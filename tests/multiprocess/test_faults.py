@@ -2,7 +2,7 @@
 status that says why, and a checkpoint at the step it stopped (that a launch resumes from a
 checkpoint: test_train.py's killed-run test; make faults restarts after every fault).
 
-The machinery is bench/faults.py's Job (the same that `make faults` reports times with): each
+The machinery is bench/launches.py's Job (the same that `make faults` reports times with): each
 job runs in a session of its own and every pid it ever had is tracked, so the test ends exactly
 those processes, by pid, whatever happens.
 """
@@ -13,7 +13,7 @@ import signal
 
 import pytest
 
-from bench.faults import Job, newest_checkpoint
+from bench.launches import Job, newest_checkpoint
 from conftest import MODEL, NO_GRACE
 from training import outcome
 
