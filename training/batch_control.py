@@ -150,6 +150,9 @@ class Controller(Hook):
     self._refit()  # the old world's times, before they go: their fit is what carries over
     self.ranks, (self.k_min, self.k_max), self.prior, self._world = ranks, k_range, prior, self._world + 1
     self.times, self._timed_at, self._left, self._trying, self._c_tried, self._k_tried = {}, {}, None, None, False, None
+    # Counted afresh like a joining rank's: a survivor that went on counting its last world's updates
+    # decided (a broadcast) alone at the world's first due update, and the world hung (make faults).
+    self._updates, self._started = 0, None
 
   def offer(self, compressions) -> None:
     """The c's it may choose from now on, of those it was made with (training/shape.py: before

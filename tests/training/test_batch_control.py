@@ -267,7 +267,9 @@ def test_the_controllers_rule_is_goodputs():
 
 def test_every_rank_makes_the_decisions_collective_at_the_same_updates():
   # A decision is a broadcast: a rank that skipped one would hang the others (found in the elastic
-  # launch: a joining rank, with no last world's time, skipped the world's first choice).
+  # launch: a joining rank, with no last world's time, skipped the world's first choice; and a
+  # survivor that counted its last world's updates decided at the new world's first due update, alone:
+  # make faults' elastic-adaptive-powersgd row stalled 310 s at update 50 until the watchdog ended it).
   calls = {"survivor": [], "joiner": []}
   rank0 = {"pair": (1, "none")}  # what rank 0 chose: the survivor is rank 0
   survivor, clock = controller(agree=lambda pair: calls["survivor"].append(pair) or rank0.update(pair=pair) or pair)
@@ -277,8 +279,8 @@ def test_every_rank_makes_the_decisions_collective_at_the_same_updates():
   train(survivor, clock, 8, first=9)
   survivor.new_world(2, (1, 8), PRIOR)
   joiner, joiner_clock = controller(agree=lambda pair: calls["joiner"].append(pair) or rank0["pair"])
-  for c in (survivor, joiner):
-    c.stretch(*c.start(1, 128, "none", step=16))
+  for c in (survivor, joiner):  # as training/shape.Run.begin: start, no stretch (the survivor's count was 14)
+    c.start(1, 128, "none", step=16)
   assert len(calls["survivor"]) == len(calls["joiner"]) == 1
   assert joiner.fit is None and survivor.fit is not None
   assert joiner.k == survivor.k == 8  # the joiner takes rank 0's
