@@ -17,18 +17,14 @@ what is due by one predicate (`due`), and what is saved on the way out by one ru
   diverged      nothing: the step's update was not applied, the newest checkpoint is good
   a save that finds inf/NaN in the weights turns any of these into a divergence (not reached)
 
-Every evaluation comes after a save of its step, mid-epoch (--eval_every) as at an epoch's end
-and at the run's: ImageNet's 50,000 held-out images take minutes, and a SIGTERM during them is followed by SIGKILL within 10 s (mpirun)
-or 5 s (Gloo's horovodrun), which lost the whole epoch when the save came after. The epoch
-end's checkpoint is taken before the epoch is counted as ended, so a run stopped there (or
-at an epoch's last step) evaluates that epoch when it resumes.
-
-A completed evaluation is recorded (the course's position and, on rank 0, eval-N.json beside
-checkpoint N: record()), so a resumed run does not repeat it, and a run restarted after it ended
-(finished, or its target met) says so and trains nothing: cause OVER, nothing saved or written.
-An evaluation checks for a stop between its batches (training/evaluation.py: agreed by every rank
-each batch); stopped there, the run ends STOPPED with the step saved just before it, and the
-evaluation, not recorded, runs again when the run resumes.
+Every evaluation comes after a save of its step, mid-epoch (--eval_every) as at an epoch's end and
+at the run's: ImageNet's 50,000 held-out images take minutes, and a SIGTERM then is followed by
+SIGKILL within 10 s (mpirun) or 5 s (Gloo's horovodrun). The epoch end's checkpoint is taken before
+the epoch counts as ended, so a run stopped there evaluates that epoch when it resumes. A completed
+evaluation is recorded (the position and eval-N.json beside checkpoint N: record()) and not repeated
+on resume; a run restarted after it ended (finished, or its target met) says so and trains nothing
+(cause OVER). An evaluation checks for a stop between its batches, agreed by every rank
+(training/evaluation.py): stopped there, the run ends STOPPED with the step saved just before it.
 """
 import dataclasses
 import time
@@ -325,10 +321,8 @@ class Loop:
   def _eval_due(self, into: int, last_batch: int = 0) -> bool:
     """Whether an --eval_every evaluation falls after the step just taken (into: its steps into the
     epoch, 0 at the epoch's end, which evaluates anyway): every eval_every steps into the epoch, or,
-    where the batch can change, each time the epoch's images cross a multiple of eval_images (counted
-    in the current batch's steps, the evaluations after a change of K to 2 came at updates 54, 83,
-    112: 3,712 images apart instead of 1,875, and a larger batch saw its target later). last_batch:
-    the images that step took (default: this course's global batch)."""
+    where the batch can change, each time the epoch's images cross a multiple of eval_images (in steps
+    of K = 2 they came 3,712 images apart, not 1,875). last_batch: the images that step took."""
     p = self.policy
     if not into or not p.eval_every:
       return False
@@ -353,8 +347,7 @@ class Loop:
                               self.skipped).status == outcome.TARGET_REACHED
 
   def _recall(self, record: dict) -> None:
-    """The figures and, if it met the target, the time of an evaluation completed before a restart
-    (MLPerf's clock of the process that ran it)."""
+    """An evaluation completed before a restart: its figures and, if it met the target, its time."""
     self.held = evaluation.HeldOut(top1=record["top1"], top5=record["top5"], loss=record["loss"],
                                    count=record["count"])
     if self._meets_target(record):
@@ -364,9 +357,7 @@ class Loop:
     """The held-out metrics, told to the hooks and recorded: TARGET when they meet it, SIGNAL when a
     stop was agreed between its batches (nothing recorded), else None. One completed before a
     restart (its record) is not repeated."""
-    step = self.course.step
-    nominal = self.course.nominal_step(self.spe)
-    record = self._record()
+    step, nominal, record = self.course.step, self.course.nominal_step(self.spe), self._record()
     if record is not None:
       self._recall(record)
       self._tell("evaluated_before", step, nominal, self.held)
