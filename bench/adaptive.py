@@ -34,7 +34,7 @@ if __package__ in (None, ""):  # run as a file: the repository on the path
 
 from bench.launches import Hosts, Job, regrown, world_sizes  # noqa: E402
 from bench.noise_scale import study  # noqa: E402
-from bench.train_runs import REPO, command, launch, read_events, record, reused  # noqa: E402
+from bench.train_runs import REPO, command, cpu_model, launch, read_events, record, reused  # noqa: E402
 
 RANKS, MICRO, B0 = study.RANKS, study.BN_BATCH, 64
 BASE_LR = 0.2 * 256 / B0  # per 256 images: peak 0.2 at B0 (make noise-scale's best at 64)
@@ -295,14 +295,6 @@ def main(argv=None) -> None:
   from bench import adaptive_report  # matplotlib only here
   adaptive_report.write(out, args.out_dir)
   print(f"adaptive: wrote {args.out_dir}/adaptive.{{md,json,png}} in {out['wall_seconds']:.0f} s", flush=True)
-
-
-def cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo") as fh:
-      return next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-  except (OSError, StopIteration):
-    return "unknown"
 
 
 if __name__ == "__main__":

@@ -53,6 +53,15 @@ class Setting:
     return out
 
 
+def cpu_model() -> str:
+  """The CPU's model name, for a study's setup line (the machines here change CPU from run to run)."""
+  try:
+    with open("/proc/cpuinfo") as fh:
+      return next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
+  except (OSError, StopIteration):
+    return "unknown"
+
+
 def command(ranks: int, flags: list[str]) -> list[str]:
   """horovodrun with `ranks` ranks on this host, running train.py with flags in this interpreter."""
   return ["horovodrun", "-np", str(ranks), "-H", f"localhost:{ranks}", sys.executable, "train.py", *flags]

@@ -17,7 +17,7 @@ if __package__ in (None, ""):  # run as a file: the repository on the path
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from bench.slow_links import arms, launch, summary  # noqa: E402
-from bench.train_runs import REPO  # noqa: E402
+from bench.train_runs import REPO, cpu_model  # noqa: E402
 
 PARTS = ("stock", "auto", "adaptive", "joint", "lost", "budget")
 
@@ -149,14 +149,6 @@ class Study:
         self.one(cluster, "joint", rate, hosts, seed, part="budget")
     finally:
       cluster.down()
-
-
-def cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo") as fh:
-      return next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-  except (OSError, StopIteration):
-    return "unknown"
 
 
 def main(argv=None) -> None:
