@@ -9,9 +9,10 @@ trains alone, the host is listed again. Measured: the time from the loss to the 
 the one-rank world, the steps lost (train.py's roll-back to its last commit), the time from the
 host listed again to the first step of the two-rank world, a commit's time against a step's, the
 exit status, the processes left, the final accuracy and whether the replicas ended identical.
-Each of these rows is launched 30 times (`--elastic_launches`) and counts its hangs: a launch
-the watchdog ended after Horovod's background loop had died (Horovod's race, the op a survivor
-held orphaned: bench/launches.stalled_after_horovod_died), or one still running, or leaving
+Each of these rows is launched `--elastic_launches` times (30 unless given; each row says how
+many) and counts its hangs: a launch the watchdog ended after Horovod's background loop had died
+(Horovod's race, the op a survivor held orphaned: bench/launches.stalled_after_horovod_died), or
+one still running, or leaving
 processes, past its bound (600 s a phase); other failures are counted apart. Its figures are medians
 over the launches that finished (the steps lost: the host's loss, the first of each launch),
 its exit status the commonest, its processes left the most any launch left.
