@@ -79,7 +79,7 @@ def train(stop_request: signals.StopRequest):
   replicated = model.variables + optimizer.variables + [step_var]  # alike on every rank (BatchNorm's once agreed)
   state = replicated + list(powersgd.variables if powersgd else [])  # what the ranks start from and commit
   mode.start(state)
-  config = pinned(config, world, mode.position)  # AdaScale's base batch, as the run pinned it, on every rank
+  config = pinned(config, world, mode.position.base_batch)  # AdaScale's base batch, as pinned, on every rank
   watchdog.progress(int(step_var), "setup", timed=False)
   # Horovod: the evaluation's sums in one allreduce over ranks, and a stop agreed before each batch.
   evaluator = evaluation.over_ranks(hvd, step_lib.make_eval_step(model), lambda: stop_request.code)
@@ -194,7 +194,7 @@ def restore(config, world, mode, model, optimizer, loss_scale, powersgd, data):
   position = saver.restored_position(int(step_var)) if found else None
   base = config.optim.adascale_base and ((position or mode.position).base_batch or  # pinned at the first world
                                          flags.saved_base_batch(config.run.model_dir) or config.optim.base_batch)
-  config = pinned(config, world, dataclasses.replace(mode.position, base_batch=base))
+  config = pinned(config, world, base)
   if found:  # the line that says where it resumes, at the pinned clock
     mode.restored(saver.newest, int(step_var), position and dataclasses.replace(position, base_batch=base), config,
                   data)
@@ -205,9 +205,8 @@ def restore(config, world, mode, model, optimizer, loss_scale, powersgd, data):
   return step_var, saver
 
 
-def pinned(config, world, position):
-  """The config at AdaScale's base batch as pinned at the run's first world (position.base_batch): a requeue."""
-  base = position.base_batch
+def pinned(config, world, base):
+  """The config at AdaScale's base batch `base` as pinned at the run's first world (Position.base_batch)."""
   if not config.optim.adascale_base or not base or config.optim.base_batch_given or base == config.optim.base_batch:
     return config
   try:
