@@ -31,6 +31,9 @@ def parse_args(argv=None):
   p.add_argument("--hosts", default=None, help=f"emulated hosts of one rank, e.g. 2,4 (default "
                  f"{','.join(map(str, arms.HOSTS))})")
   p.add_argument("--seeds", default=None, help=f"seeds (default {','.join(map(str, arms.SEEDS))})")
+  p.add_argument("--stock", default=None, help="the stock arm's images per rank per update to run, of "
+                 f"{','.join(map(str, arms.STOCK_PER_RANK))} (default all; a batch that missed the target at one seed "
+                 "cannot be the best by a median over two, so a second seed may leave it out)")
   p.add_argument("--reuse", action="store_true", help="read back finished runs of the same flags")
   p.add_argument("--quick", action="store_true", help="a smoke run, numbers meaningless: target 0.7, 1-epoch cap, "
                  "stock at 32 and 128 a rank, evaluations 4x as often, seed 0, 20mbit, 2 hosts")
@@ -48,8 +51,12 @@ def parse_args(argv=None):
       arms.link_mbit(rate)
     args.hosts = [int(h) for h in (args.hosts or ("2" if args.quick else ",".join(map(str, arms.HOSTS)))).split(",")]
     args.seeds = [int(s) for s in (args.seeds or ("0" if args.quick else ",".join(map(str, arms.SEEDS)))).split(",")]
+    args.stock = [int(b) for b in args.stock.split(",")] if args.stock else list(args.budget.stock)
   except ValueError as e:
-    p.error(f"{e}; --hosts and --seeds take integers separated by commas, e.g. --hosts=2,4")
+    p.error(f"{e}; --hosts, --seeds and --stock take integers separated by commas, e.g. --hosts=2,4")
+  if set(args.stock) - set(args.budget.stock):
+    p.error(f"--stock={','.join(map(str, args.stock))}: the stock batches are {','.join(map(str, args.budget.stock))}"
+            " (the adaptive arms' range is drawn from them)")
   if not all(2 <= h <= 15 for h in args.hosts):
     p.error(f"--hosts={args.hosts}: 2 to 15 hosts (cluster.sh's 16, one of them the launcher's head)")
   tag = "slow_links-quick" if args.quick else "slow_links"
@@ -89,11 +96,15 @@ class Study:
 
   def result(self) -> dict:
     a, b = self.args, self.args.budget
+    ran = lambda key: sorted({r[key] for r in self.runs if r.get(key) is not None})  # noqa: E731
+    # what the record holds, over every invocation that added to it (not only this one's flags)
+    rates = sorted(ran("rate"), key=lambda x: (arms.link_mbit(x) is None, arms.link_mbit(x) or 0))
     setup = {"model": arms.MODEL, "micro_batch": arms.MICRO, "base_lr_per_256": arms.BASE_LR,
              "warmup_epochs": arms.WARMUP_EPOCHS, "target": b.target, "max_epochs": b.max_epochs,
              "eval_images": b.eval_images, "stock_per_rank": list(b.stock), "ours": arms.OURS,
              "compression_start": arms.COMPRESSION_START, "budget_epochs": b.budget_epochs,
-             "rates": a.rates, "hosts": a.hosts, "seeds": a.seeds, "quick": a.quick, "cores": self.cores,
+             "rates": rates or a.rates, "hosts": ran("hosts") or a.hosts, "seeds": ran("seed") or a.seeds,
+             "quick": a.quick, "cores": self.cores,
              "cpu": cpu_model(), "transport": "gloo (horovodrun on a head host, one rank a host)",
              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     s, verdicts = summary.of_runs(self.runs)
@@ -131,7 +142,7 @@ class Study:
     try:
       print(f"slow-links: seed {seed}, {rate}, {hosts} hosts", flush=True)
       if "stock" in only:
-        for per_rank in b.stock:
+        for per_rank in self.args.stock:
           self.one(cluster, "stock", rate, hosts, seed, per_rank)
       best = summary.best_stock(self.runs, rate, hosts)  # over the seeds run so far
       if "auto" in only and best:

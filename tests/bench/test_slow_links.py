@@ -170,3 +170,25 @@ def test_rates_and_the_lose_schedule():
     arms.link_mbit("fast")
   assert arms.lose_schedule(90.0) == (30.0, 60.0)
   assert arms.eval_every(64, arms.Budget()) == 117 and arms.eval_every(2048, arms.Budget()) == 4
+
+
+def test_a_second_seed_may_leave_out_a_stock_batch_but_not_invent_one(capsys):
+  from bench.slow_links.__main__ import parse_args
+  assert parse_args([]).stock == [32, 128, 512]
+  assert parse_args(["--stock=32,128", "--seeds=1"]).stock == [32, 128]
+  with pytest.raises(SystemExit):
+    parse_args(["--stock=64"])
+  assert "the stock batches are 32,128,512" in capsys.readouterr().err
+
+
+def test_the_setup_names_every_configuration_the_record_holds_not_only_the_last_invocations(result, tmp_path,
+                                                                                           monkeypatch):
+  from bench.slow_links import __main__ as study_main
+  from bench.slow_links.__main__ import Study, parse_args
+  monkeypatch.setattr(study_main, "cpu_model", lambda: "test CPU")  # the machine's, not the test's to read
+  with open(tmp_path / "slow_links.json", "w") as fh:
+    json.dump(result, fh)
+  study = Study(parse_args(["--rates=none", "--hosts=4", "--seeds=1", f"--out_dir={tmp_path}",
+                            f"--runs_dir={tmp_path}"]))
+  setup = study.result()["setup"]
+  assert (setup["rates"], setup["hosts"], setup["seeds"]) == (["20mbit", "none"], [2], [0, 1])
