@@ -185,9 +185,59 @@ def rejoins(result: dict) -> list[str]:
           "a measurement of the arm's target; its stderr.log under the runs directory says where it stopped.", ""]
 
 
+STALL = 1.8  # a gap between evaluations this many times the run's median gap is a stall
+
+
+def stalls(runs: list[dict]) -> dict:
+  """The gaps between a run's held-out evaluations over STALL x its median gap: runs with one (of
+  those with three gaps or more), the longest's excess over the median and where the three longest
+  were, and of the fixed arms' stalls (whose epochs are known) how many span an epoch's end."""
+  out = {"runs": 0, "counted": 0, "fixed": 0, "at_epoch_end": 0, "longest": 0.0, "where": []}
+  excess = []
+  for r in runs:
+    curve = (r.get("curve") or []) if r.get("part", "target") == "target" else []
+    gaps = [(b[0] - a[0], a[1], b[1]) for a, b in zip(curve, curve[1:])]
+    if len(gaps) < 3:
+      continue
+    out["counted"] += 1
+    med = sorted(g for g, _, _ in gaps)[len(gaps) // 2]
+    big = [(g - med, u0, u1) for g, u0, u1 in gaps if g > STALL * med]
+    out["runs"] += bool(big)
+    excess += [(x, f"{r['name']} updates {u0}-{u1}") for x, u0, u1 in big]
+    if big and r["arm"] in ("stock", "auto"):
+      spe = arms.TRAIN_IMAGES // (r["per_rank"] * r["hosts"])
+      out["fixed"] += len(big)
+      out["at_epoch_end"] += sum(u1 // spe > u0 // spe for _, u0, u1 in big)
+  excess.sort(reverse=True)
+  out["longest"], out["where"] = (excess[0][0] if excess else 0.0), [w for _, w in excess[:3]]
+  return out
+
+
+def coverage(runs: list[dict]) -> str:
+  """Which arms (stock by batch) ran at fewer seeds than the study's: '' when every arm ran at each."""
+  seeds = sorted({r["seed"] for r in runs})
+  per: dict[str, set] = {}
+  for r in runs:
+    if r.get("part", "target") == "target":
+      arm = f"stock at {r['per_rank']} a rank" if r["arm"] == "stock" else r["arm"]
+      per.setdefault(arm, set()).add(r["seed"])
+  short = [f"{arm} at seed {', '.join(map(str, sorted(s)))}" for arm, s in per.items() if sorted(s) != seeds]
+  return ("- **Not every arm ran at every seed**: " + "; ".join(short) + " only (the rest at seeds "
+          f"{', '.join(map(str, seeds))}); an arm's median over one seed has no spread.") if short else ""
+
+
 def limits(result: dict) -> list[str]:
   s = result["setup"]
-  return [*rejoins(result),
+  st = stalls(result["runs"])
+  stall = (f"- **Stalls**: in {st['runs']} of {st['counted']} runs a gap between two evaluations was over {STALL:g}x "
+           f"the run's median gap, the longest {st['longest']:.0f} s past it ({'; '.join(st['where'])}). Of the fixed "
+           f"arms' {st['fixed']}, {st['at_epoch_end']} span an epoch's end (not every epoch end stalls); those of the adaptive "
+           "and lost-host arms read by hand fell at epoch ends, K changes and world changes. They are inside "
+           "the clock, in every arm, and a large part of the seeds' spread; their cause is not found yet (train.py's "
+           "epoch end builds the next epoch's input and evaluates; a mid-epoch evaluation does not stall).") \
+      if st["runs"] else ""
+  return [*rejoins(result), *([coverage(result["runs"])] if coverage(result["runs"]) else []),
+      *([stall] if stall else []),
       "- **Final top-1 is at the stop**: every time-to-target run ends at its first evaluation at or past the "
       f"target, so its final top-1 is within one evaluation ({s['eval_images']:,} images) of {s['target']:g}; "
       "the budget part compares top-1 at equal epochs.",

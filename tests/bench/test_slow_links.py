@@ -192,3 +192,22 @@ def test_the_setup_names_every_configuration_the_record_holds_not_only_the_last_
                             f"--runs_dir={tmp_path}"]))
   setup = study.result()["setup"]
   assert (setup["rates"], setup["hosts"], setup["seeds"]) == (["20mbit", "none"], [2], [0, 1])
+
+
+def test_a_stall_is_a_gap_between_evaluations_well_over_the_runs_median_and_its_epoch_end_is_found():
+  # stock at 512 a rank on 2 hosts: 58 updates an epoch; evaluations every 7 updates, 8 s apart,
+  # but 30 s across the epoch's end at 58, and a shorter last gap (the target) that is no stall
+  curve = [[8.0 * i, 7 * i, 0.5] for i in range(1, 9)] + [[94.0, 59, 0.6], [102.0, 66, 0.7], [105.0, 68, 0.86]]
+  stalled = run("stock", "20mbit", 2, 0, 105.0, per_rank=512, curve=curve)
+  steady = run("joint", "20mbit", 2, 0, 40.0, curve=[[10.0 * i, 50 * i, 0.5] for i in range(1, 5)])
+  short = run("joint", "none", 2, 0, 20.0, curve=[[10.0, 50, 0.5], [20.0, 100, 0.86]])
+  st = report.stalls([stalled, steady, short])
+  assert (st["runs"], st["counted"], st["fixed"], st["at_epoch_end"]) == (1, 2, 1, 1)
+  assert st["longest"] == pytest.approx(30.0 - 8.0) and st["where"] == ["20mbit-h2-stock-b512-s0 updates 56-59"]
+
+
+def test_the_arms_run_at_fewer_seeds_are_named(result):
+  assert report.coverage(result["runs"]) == (
+      "- **Not every arm ran at every seed**: auto at seed 0; lost at seed 0 only (the rest at seeds 0, 1); "
+      "an arm's median over one seed has no spread.")
+  assert report.coverage([r for r in result["runs"] if r["arm"] in ("joint", "stock")]) == ""
