@@ -231,13 +231,12 @@ def limits(result: dict) -> list[str]:
   st = stalls(result["runs"])
   stall = (f"- **Stalls**: in {st['runs']} of {st['counted']} runs a gap between two evaluations was over {STALL:g}x "
            f"the run's median gap, the longest {st['longest']:.0f} s past it ({'; '.join(st['where'])}). Of the fixed "
-           f"arms' {st['fixed']}, {st['at_epoch_end']} span an epoch's end (not every epoch end stalls); those of the adaptive "
-           "and lost-host arms read by hand fell at epoch ends, K changes and world changes. They are inside "
+           f"arms' {st['fixed']}, {st['at_epoch_end']} span an epoch's end (not every epoch end stalls); those of the "
+           "adaptive and lost-host arms read by hand fell at epoch ends, K changes and world changes. They are inside "
            "the clock, in every arm, and a large part of the seeds' spread; their cause is not found yet (train.py's "
            "epoch end builds the next epoch's input and evaluates; a mid-epoch evaluation does not stall).") \
       if st["runs"] else ""
-  return [*rejoins(result), *([coverage(result["runs"])] if coverage(result["runs"]) else []),
-      *([stall] if stall else []),
+  return [*rejoins(result), *(x for x in (coverage(result["runs"]), stall) if x),
       "- **Final top-1 is at the stop**: every time-to-target run ends at its first evaluation at or past the "
       f"target, so its final top-1 is within one evaluation ({s['eval_images']:,} images) of {s['target']:g}; "
       "the budget part compares top-1 at equal epochs.",
