@@ -98,7 +98,7 @@ class Study:
     a, b = self.args, self.args.budget
     ran = lambda key: sorted({r[key] for r in self.runs if r.get(key) is not None})  # noqa: E731
     # what the record holds, over every invocation that added to it (not only this one's flags)
-    rates = sorted(ran("rate"), key=lambda x: (arms.link_mbit(x) is None, arms.link_mbit(x) or 0))
+    rates = summary.slowest_first(ran("rate"))
     setup = {"model": arms.MODEL, "micro_batch": arms.MICRO, "base_lr_per_256": arms.BASE_LR,
              "warmup_epochs": arms.WARMUP_EPOCHS, "target": b.target, "max_epochs": b.max_epochs,
              "eval_images": b.eval_images, "stock_per_rank": list(b.stock), "ours": arms.OURS,

@@ -111,9 +111,14 @@ def summarize(runs: list[dict], rates, hosts) -> list[dict]:
           if any(r["rate"] == rate and r["hosts"] == h and r.get("part", "target") == "target" for r in runs)]
 
 
+def slowest_first(rates) -> list[str]:
+  """Link rates, the slowest shaped one first and unshaped ('none') last."""
+  return sorted(set(rates), key=lambda x: (arms.link_mbit(x) is None, arms.link_mbit(x) or 0))
+
+
 def of_runs(runs: list[dict]) -> tuple[list[dict], list[dict]]:
   """(summary, verdicts) of every configuration the runs cover, slowest link first."""
-  rates = sorted({r["rate"] for r in runs}, key=lambda x: (arms.link_mbit(x) is None, arms.link_mbit(x) or 0))
+  rates = slowest_first(r["rate"] for r in runs)
   s = summarize(runs, rates, sorted({r["hosts"] for r in runs}))
   return s, verdicts(s)
 
