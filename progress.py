@@ -147,12 +147,11 @@ class Progress:
       emit(f"epoch {step / self.steps_per_epoch:6.2f}  its evaluation completed before the restart (top1 {top1:.4f}  "
            f"loss {loss:.4f}): not repeated")
 
-  def timed(self) -> tuple[int, float]:
-    """(images, seconds) of the timed steps: stretches of several batches add up to one rate."""
-    return self._timed_steps * self.global_batch, self._train_seconds
 
-  def images_per_sec(self):
-    """Global training images/sec over all steps after the first (None if too few)."""
-    if not self._timed_steps or not self._train_seconds:
-      return None
-    return round(self._timed_steps * self.global_batch / self._train_seconds, 1)
+def time_scalars(writer, epoch: int, groups: dict) -> None:
+  """TensorBoard's time/<group> scalars of one epoch (training/ledger.py's groups, seconds), at the
+  epoch's number: where each epoch's wall time went."""
+  with writer.as_default(step=epoch):
+    for name, seconds in groups.items():
+      tf.summary.scalar(f"time/{name}", seconds)
+  writer.flush()

@@ -36,8 +36,8 @@ from input import pipeline  # noqa: E402
 from models import build_model  # noqa: E402
 from optimizers import build_optimizer, precision  # noqa: E402
 from progress import emit, write_json_atomic  # noqa: E402
-from training import checkpoints, ending, evaluation, export, loop, modes, noise_scale, outcome, report  # noqa: E402
-from training import saving, shape, signals, step as step_lib, watchdog as watchdog_lib  # noqa: E402
+from training import checkpoints, ending, evaluation, export, ledger as ledger_lib, loop, modes, noise_scale  # noqa: E402
+from training import outcome, report, saving, shape, signals, step as step_lib, watchdog as watchdog_lib  # noqa: E402
 
 flags.define_flags()
 FLAGS = absl_flags.FLAGS
@@ -64,28 +64,34 @@ def main(argv):
 
 
 def train(stop_request: signals.StopRequest):
-  """The run, section by section below: every rank runs the same sequence."""
-  world, config, mode, scanned, watchdog = setup(stop_request)
+  """The run, section by section below: every rank runs the same sequence. The time ledger charges
+  each section to its part of summary.json's time block (training/ledger.py)."""
+  ledger = ledger_lib.Ledger(start=START, part="startup.imports")
+  world, config, mode, scanned, watchdog = setup(stop_request, ledger)
+  ledger.enter("startup.input")
   log, dtype = mode.log, keras.mixed_precision.Policy(precision.POLICIES[config.optim.precision]).compute_dtype
   input_for = lambda config, world: pipeline.build(  # noqa: E731  (images in the compute dtype: half the bytes in bf16)
       config.data, world, config.run.seed, dtype=dtype, scanned=scanned, elastic=mode.elastic_input)
   data = input_for(config, world)
+  ledger.enter("startup.model")
   model, optimizer, loss_scale = model_and_optimizer(config, data.info, log)
   # PowerSGD's state (checkpointed, broadcast, committed); auto's choice from a probe and agreed encode times.
   compression = make_compression(hvd, config.comm, world, model.trainable_variables, config.run.seed, log,
                                  choose=not config.faults.elastic)  # --elastic: each world chooses (shape.py)
   powersgd = compression.powersgd
+  ledger.enter("startup.restore")  # and the broadcast of the state (mode.start)
   step_var, saver = restore(config, world, mode, model, optimizer, loss_scale, powersgd, data)
   replicated = model.variables + optimizer.variables + [step_var]  # alike on every rank (BatchNorm's once agreed)
   state = replicated + list(powersgd.variables if powersgd else [])  # what the ranks start from and commit
   mode.start(state)
+  resumed = int(step_var)  # a restart's time block counts from its own start (training/ledger.py)
   config = pinned(config, world, mode.position.base_batch)  # AdaScale's base batch, as pinned, on every rank
   watchdog.progress(int(step_var), "setup", timed=False)
   # Horovod: the evaluation's sums in one allreduce over ranks, and a stop agreed before each batch.
   evaluator = evaluation.over_ranks(hvd, step_lib.make_eval_step(model), lambda: stop_request.code)
   if config.run.eval_only:  # --eval_only: the checkpoint's held-out metrics, nothing trained or written
     return ending.evaluate_checkpoint(hvd, config, world, mode, data, evaluator(data), saver, int(step_var),
-                                      watchdog, stop_request)
+                                      watchdog, stop_request, ledger)
   noise = noise_scale.NoiseScale() if config.run.noise_scale else None  # B_simple, smoothed over steps and worlds
   parts = shape.Parts(
       hvd, model, optimizer, loss_scale, compression, saver, step_var, watchdog, stop_request, noise,
@@ -95,7 +101,7 @@ def train(stop_request: signals.StopRequest):
       evaluator, agree=lambda: sync.average_statistics(hvd, sync.statistics_of(model)), input_for=input_for, log=log,
       clock=lambda: time.time() - START, use_powersgd=tf.Variable(False, trainable=False) if powersgd else None,
       rechoose=(lambda w: choose_auto(parts.compression, hvd, w, model.trainable_variables, log))
-      if config.comm.compression == "auto" else None)
+      if config.comm.compression == "auto" else None, ledger=ledger)
   worlds = []  # --elastic: the loop runs once per world (training/modes.py), the shape's transitions in each
 
   def run_world(world, config, data, course):
@@ -108,19 +114,20 @@ def train(stop_request: signals.StopRequest):
 
   try:
     result = mode.run(run_world, config, data, int(step_var), saver=saver, rebuild=rebuild, watchdog=watchdog,
-                      variables=state + [loss_scale.scale, loss_scale.good_steps],
+                      variables=state + [loss_scale.scale, loss_scale.good_steps], ledger=ledger,
                       # Horovod: PowerSGD's residuals averaged (a grouped allreduce) before each elastic commit.
                       before_commit=lambda: powersgd and powersgd.average_residuals(saver.average))
   except (flags.ConfigError, checkpoints.CheckpointError, loop.NoProgress) as e:  # the checkpoints stay intact
     fail(str(e))
-  parts.agree()  # a diverged run's too: the check below covers every variable
-  ending.finish(hvd, result, parts, replicated, mode, data.info, parts.compression.summary, time.time() - START)
+  ledger.during("agree", parts.agree)  # a diverged run's too: the check below covers every variable
+  ending.finish(hvd, result, parts, replicated, mode, data.info, parts.compression.summary, resumed_step=resumed)
 
 
 # ------------------------------------------------------------------ setup --
-def setup(stop_request):
+def setup(stop_request, ledger):
   """Horovod, the validated config, the mode, the paths and the watchdog, before any expensive work;
   a stop requested by then ends the run here (nothing trained, nothing to save)."""
+  ledger.enter("startup.init")
   watchdog_lib.horovod_stall_defaults(FLAGS.stall_timeout)
   # Horovod: initialise once (comm.init); everything below knows its rank and node from `world`.
   try:
@@ -133,6 +140,7 @@ def setup(stop_request):
   threads = config.run.threads or world.threads_per_rank()
   tf.config.threading.set_intra_op_parallelism_threads(threads)
   tf.config.threading.set_inter_op_parallelism_threads(2)
+  ledger.enter("startup.data")
   # scanned: what --data_dir holds, read once here. One gather of every rank's problem and of what it
   # will read: hosts whose copies of the data differ stop here, before anything is written.
   problem, scanned = flags.check_paths(config)

@@ -1,6 +1,8 @@
 """What listens to the loop (training/loop.Hook): the stall watchdog, the progress lines and
-TensorBoard, the step variable checkpoints and commits hold, and the gradient noise scale."""
-from training import step as step_lib
+TensorBoard, the step variable checkpoints and commits hold, the gradient noise scale and the
+time ledger."""
+from progress import time_scalars
+from training import ledger as ledger_lib, step as step_lib
 from training.loop import Hook
 
 
@@ -90,3 +92,48 @@ class Measuring(Hook):
       return None, None
     kind, b_small, b_big = sizes
     return kind, cls(tracker, b_small, b_big, keep)
+
+
+class Timing(Hook):
+  """The time ledger (training/ledger.py): each phase the loop tells charged to its part; after a
+  save, an evaluation or a commit the run is in no named part until the loop says the next.
+
+  images: a step's global batch. opening: the group charged with this stretch's opening work, its
+  first batch (an iterator built, its shuffle buffer filled) and, where `traced` (the step function
+  is new: its first call traces it), its first step: 'startup' for the run's first stretch,
+  'world_change' for a later world's, 'resize' for one after a change of K or compression.
+  writer: rank 0's TensorBoard writer, which gets each epoch's groups (None: not rank 0)."""
+  PARTS = {"step": "steps.compute", "input": "steps.input_wait", "epoch": "epoch_input",
+           "eval": "evaluation", "checkpoint": "checkpoint"}
+
+  def __init__(self, ledger, images: int, opening: str, traced: bool = True, writer=None):
+    self.ledger, self.images, self.opening, self.traced, self.writer = ledger, images, opening, traced, writer
+    self.steps = 0
+
+  def before(self, phase, step):
+    part = self.PARTS.get(phase, ledger_lib.UNACCOUNTED)
+    if phase in ("input", "epoch") and not self.steps:
+      part = f"{self.opening}.first_input"
+    elif phase == "step" and self.traced and not self.steps:
+      part = f"{self.opening}.first_step"
+    self.ledger.enter(part)
+
+  def after_step(self, step, nominal, out, lr):
+    self.ledger.stepped(self.images, timed=self.steps > 0 or not self.traced)
+    self.steps += 1
+
+  def after_eval(self, step, nominal, held):
+    self.ledger.enter(ledger_lib.UNACCOUNTED)
+
+  def after_save(self, step):
+    self.ledger.enter(ledger_lib.UNACCOUNTED)
+
+  def before_commit(self, step):
+    self.ledger.enter("commit")
+
+  def after_commit(self, step):
+    self.ledger.enter(ledger_lib.UNACCOUNTED)
+
+  def after_epoch(self, epoch):
+    if self.writer is not None:
+      time_scalars(self.writer, epoch + 1, self.ledger.since_epoch_mark())

@@ -1,12 +1,11 @@
 """The training loop: steps, evaluations, checkpoints and commits until the run ends, and a
 frozen record of how it ended.
 
-After orbit's Controller (tensorflow/models): the loop owns the order of things and asks
-its parts for the work, a train step, an evaluation, a save, a commit, each passed in, so
-the loop runs the same in train.py, under --elastic (training/modes.py runs it once per
-world) and in tests with a fake step and fake data (tests/training/test_loop.py). What
-happens is told to hooks (Keras's callbacks): the progress lines and TensorBoard, the
-watchdog, the step variable, the noise scale; none is called by hand.
+After orbit's Controller: the loop owns the order of things and asks its parts for the work (a
+train step, an evaluation, a save, a commit, each passed in), so it runs the same in train.py, once
+per world under --elastic, and in tests with a fake step and data (tests/training/test_loop.py).
+What happens is told to hooks (Keras's callbacks): progress lines and TensorBoard, the watchdog,
+the step variable, the noise scale, the time ledger; none is called by hand.
 
 Whether a run ends is decided after each step (`_step`) and at each epoch's end (`_epoch_end`),
 what is due by one predicate (`due`), and what is saved on the way out by one rule (`_finish`):
@@ -69,8 +68,7 @@ class Reached:
 # Why a run ended: Ending.cause. RESIZED ends a stretch, not the run: the batch controller
 # (training/batch_control.py) chose another accumulation K, and train.py goes on at it. OVER: a run
 # started again after it had ended (finished with its last evaluation, or its target met): nothing to do.
-FINISHED, NOTHING_LEFT, TARGET, SIGNAL, RESIZED = "finished", "nothing_left", "target", "signal", "resized"
-OVER = "over"
+FINISHED, NOTHING_LEFT, TARGET, SIGNAL, RESIZED, OVER = "finished", "nothing_left", "target", "signal", "resized", "over"
 NONFINITE_STEP, NONFINITE_WEIGHTS = "nonfinite_step", "nonfinite_weights"
 
 
@@ -106,7 +104,9 @@ class Hook:
     'eval' or 'checkpoint' work begins;
   after_step(step, nominal, out, lr): a step's update was applied (out: the step's outputs,
     .loss and .correct; nominal: the step the schedule and the progress lines are at);
-  after_eval_batch(step), after_eval(step, nominal, held), after_save(step), after_commit(step);
+  after_eval_batch(step), after_eval(step, nominal, held), after_save(step);
+  before_commit(step), after_commit(step): --elastic's commit (before_commit only where one is due);
+  after_epoch(epoch): epoch `epoch` ended, saved, evaluated and committed;
   evaluated_before(step, nominal, held): the evaluation at this step completed before a restart
   (its record): not repeated.
   """
@@ -116,7 +116,9 @@ class Hook:
   def after_eval_batch(self, step: int) -> None: ...
   def after_eval(self, step: int, nominal: int, held) -> None: ...
   def after_save(self, step: int) -> None: ...
+  def before_commit(self, step: int) -> None: ...
   def after_commit(self, step: int) -> None: ...
+  def after_epoch(self, epoch: int) -> None: ...
   def evaluated_before(self, step: int, nominal: int, held) -> None: ...
 
 
@@ -154,13 +156,9 @@ class Loop:
     self.save_fn, self.schedule, self.stop_code, self.policy = save, schedule, stop_code, policy
     self.hooks, self.clock, self.gain, self.resize = list(hooks), clock, gain, resize
     self.agree, self.agreed = agree, None  # the step the statistics were last agreed at
-    self.record = record
-    self.resize_to = 0
-    self.spe = data.steps_per_epoch
-    self.held = None
-    self.reached = None
-    self.skipped = 0
-    self.agreed_stop = 0
+    self.record, self.resize_to, self.spe = record, 0, data.steps_per_epoch
+    self.held = self.reached = None
+    self.skipped = self.agreed_stop = 0
     self.saved = None  # the step of this loop's last good save
     self.r = gain() if gain else 1.0  # the last step's gain (AdaScale), for the hooks and the summary
     self.lr = self._lr()
@@ -288,6 +286,7 @@ class Loop:
     if end:
       return self._ended_by(end)
     self._commit(step, force=True)
+    self._tell("after_epoch", epoch)
     return None
 
   def _finish(self, status: int, cause: str) -> Ending:
@@ -396,5 +395,6 @@ class Loop:
   def _commit(self, step: int, force: bool = False, final: bool = False) -> None:
     if self.course.commit_due(step, force):
       self._agree(step)
+      self._tell("before_commit", step)
     if self.course.commit(step, force, final):
       self._tell("after_commit", step)

@@ -36,13 +36,12 @@ from training import checkpoints, course as course_lib, elastic
 
 @dataclasses.dataclass(frozen=True)
 class WorldRun:
-  """What train.py's run_world returns: the world and config it trained in, the loop's Ending,
-  the exchange's plan and the images/s of its steps."""
+  """What train.py's run_world returns: the world and config it trained in, the loop's Ending and
+  the exchange's plan."""
   world: object
   config: object
   ending: object
   plan: list
-  images_per_sec: float | None
 
 
 class Fixed:
@@ -118,7 +117,7 @@ class Fixed:
     self.position = elastic.Position.from_json(
         self.hvd.broadcast_object(self.position.to_json(), root_rank=0, name="position"))
 
-  def run(self, run_world, config, data, step: int, *, variables, saver, rebuild, watchdog,
+  def run(self, run_world, config, data, step: int, *, variables, saver, rebuild, watchdog, ledger,
           before_commit=lambda: None) -> WorldRun:
     held = course_lib.Held(self._for_world(self.position, config, data))
     return run_world(self.world, config, data,
@@ -175,19 +174,21 @@ class Elastic(Fixed):
   def start(self, variables) -> None:
     """The state's sync broadcasts them at the start of every world."""
 
-  def run(self, run_world, config, data, step: int, *, variables, saver, rebuild, watchdog,
+  def run(self, run_world, config, data, step: int, *, variables, saver, rebuild, watchdog, ledger,
           before_commit=lambda: None) -> WorldRun:
     """run_world once per world until the run ends. variables: what a commit keeps (weights,
     slots, step, the fp16 loss scale: a rank that joins must scale as the others do);
     rebuild(world, position, later) -> (config, data) of a new world (the global batch may change;
     AdaScale's base batch is the position's, pinned at the run's first world; later: not the first);
     watchdog: told when a world re-forms (no limit) and when a new one begins (first-time work
-    again); before_commit(): every rank, before each commit (PowerSGD's residuals averaged, so a new
-    world starts from their mean, not rank 0's)."""
+    again); ledger: the time ledger, which charges a world change's parts (training/ledger.py);
+    before_commit(): every rank, before each commit (PowerSGD's residuals averaged, so a new world
+    starts from their mean, not rank 0's)."""
     built = {(self.world, self.position.base_batch): (config, data)}  # the world's config and input, built once
     state = elastic.TrainingState(self.hvd, variables, self.position)
 
     def one_world(state):
+      ledger.enter("world_change.setup" if self.record["worlds"] else "startup.world")
       watchdog.new_world()
       now = comm.world(self.hvd, self.ranks_per_node)
       key = (now, state.position.base_batch)  # a joining rank builds with rank 0's pinned base batch
@@ -216,18 +217,22 @@ class Elastic(Fixed):
       """Before the world re-forms: rank 0 (of the old world) checkpoints the committed state, so
       a job whose world never re-forms (fewer than --min-np ranks) resumes from it, and says so."""
       watchdog.mark("world")
-      if not (self.world.is_chief and saver.manager):
-        return
-      step = state.position.step
+      ledger.enter("world_change.checkpoint")
       try:
-        if not saver.save(step, position=state.position, agree=False):
-          raise checkpoints.NonFiniteWeights(f"weights at step {step} hold inf or NaN")
-      except checkpoints.CheckpointError as e:
-        self.log("the world is changing; the commit at step %d could not be checkpointed: %s", step, e)
-        return
-      self.log("the world is changing (a rank lost or a host added); checkpoint %s holds the commit at step %d; "
-               "waiting for Horovod to form the new world (horovodrun waits --elastic-timeout for --min-np ranks)",
-               saver.newest, step)
+        if not (self.world.is_chief and saver.manager):
+          return
+        step = state.position.step
+        try:
+          if not saver.save(step, position=state.position, agree=False):
+            raise checkpoints.NonFiniteWeights(f"weights at step {step} hold inf or NaN")
+        except checkpoints.CheckpointError as e:
+          self.log("the world is changing; the commit at step %d could not be checkpointed: %s", step, e)
+          return
+        self.log("the world is changing (a rank lost or a host added); checkpoint %s holds the commit at step %d; "
+                 "waiting for Horovod to form the new world (horovodrun waits --elastic-timeout for --min-np "
+                 "ranks)", saver.newest, step)
+      finally:
+        ledger.enter("world_change.reinit")  # Horovod's shutdown and init, and the state's sync, follow
 
     return elastic.run(self.hvd, one_world, before_reset=keep_commit)(state)
 

@@ -135,6 +135,14 @@ def summary(ending: loop.Ending, config, world, dataset: str, *, plan, images_pe
   return out
 
 
+def time_keys(time_block: dict) -> dict:
+  """summary.json's `time` (training/ledger.block) and the keys read off it: wall_seconds;
+  images_per_sec, the step rate (images a second of the steps group: an epoch's start, evaluations,
+  checkpoints and a first trace left out); images_per_wall_second, images over the whole wall."""
+  return {"wall_seconds": round(time_block["wall_seconds"], 1), "images_per_sec": time_block["images_per_step_second"],
+          "images_per_wall_second": time_block["images_per_wall_second"], "time": time_block}
+
+
 def noise_keys(noise, ending: loop.Ending) -> dict:
   """summary.json's noise_scale (training/noise_scale.NoiseScale.summary): the estimates at the
   end, and at the target when it was reached (the run ends there, so the two are the same

@@ -33,7 +33,7 @@ from comm import exchange as exchange_lib
 from optimizers import adascale, schedules
 from progress import Progress
 from comm import compression_choice
-from training import batch_control, goodput, hooks, loop as loop_lib, modes, step as step_lib
+from training import batch_control, goodput, hooks, ledger as ledger_lib, loop as loop_lib, modes, step as step_lib
 
 NONE, POWERSGD = "none", "powersgd"  # what a step sends: every gradient whole, or PowerSGD's P and Q
 
@@ -52,7 +52,8 @@ class Parts:
   the traced steps read to choose PowerSGD's exchange or the plain one (None: no PowerSGD);
   evaluator(data) -> the loop's evaluate; agree(): BatchNorm's statistics averaged over ranks;
   input_for(config, world) -> this rank's input; rechoose(world) -> the compression for a new world
-  (--compression=auto under --elastic: comm.exchange.choose_auto), or None to keep start-up's."""
+  (--compression=auto under --elastic: comm.exchange.choose_auto), or None to keep start-up's;
+  ledger: the run's time ledger (training/ledger.py)."""
   hvd: object
   model: object
   optimizer: object
@@ -72,6 +73,7 @@ class Parts:
   use_powersgd: object = None
   rechoose: Callable | None = None
   writers: dict = dataclasses.field(default_factory=dict)
+  ledger: ledger_lib.Ledger = dataclasses.field(default_factory=ledger_lib.Ledger)
 
 
 def controller_for(config, noise, log, agree):
@@ -105,12 +107,13 @@ class Run:
     self.compressing = NONE
     self.started = False  # past --compression_start
     self.eval_batch = config.data.global_batch  # --eval_every's steps: of the world's batch as the flags set it
-    self.timed = [0, 0.0]  # images and seconds of the stretches' timed steps
+    self.stretches = 0
 
   # ------------------------------------------------------------ transitions --
   def begin(self) -> None:
     """A world begins (the module docstring)."""
     p, world, config = self.parts, self.world, self.config
+    p.ledger.enter(f"{self._opening()}.begin")  # the exchange, its probes, auto's choice, the controller's prior
     if world.is_chief:
       p.saver.writer()
       p.writers.setdefault("tb", tf.summary.create_file_writer(os.path.join(config.run.model_dir, "tb")))
@@ -135,6 +138,7 @@ class Run:
     """The config and input at K accumulation steps; the course goes on at the new step batch (the
     epoch's rest dealt to it, input/sharding.dealings)."""
     p, start = self.parts, time.perf_counter()
+    p.ledger.enter("resize.input")
     p.watchdog.mark("resize")  # a dataset built and traced again: first-time work, then its own kind's limit
     self.config = dataclasses.replace(self.config, data=self.config.data.with_accumulation(k, self.world.size))
     self.data = p.input_for(self.config, self.world)
@@ -177,8 +181,8 @@ class Run:
     """Stretch after stretch in this world until the run (or the world) ends."""
     self.begin()
     while True:
-      ending, progress = self._stretch()
-      self.timed = [a + b for a, b in zip(self.timed, progress.timed())]
+      ending = self._stretch()
+      self.stretches += 1
       if ending.cause != loop_lib.RESIZED:
         break
       change = ending.resize_to
@@ -189,9 +193,7 @@ class Run:
       self.set_compression(change.compression)
       if change.k != self.config.data.accumulation_steps:
         self.change_k(change.k)
-    images, seconds = self.timed
-    return modes.WorldRun(self.world, self.config, ending, self.exchange.plan,
-                          round(images / seconds, 1) if seconds else None)
+    return modes.WorldRun(self.world, self.config, ending, self.exchange.plan)
 
   def step_for(self, k: int):
     """The train step at K micro-batches, traced once in this world and kept (as fast as the fixed-K
@@ -222,7 +224,12 @@ class Run:
     return goodput.Prior(micro=step_lib.time_compute(p.model, p.loss_scale, self.data.info.num_classes, spec),
                          exchange=exchange, overlap=compression_choice.OVERLAP)
 
-  def _stretch(self):
+  def _opening(self) -> str:
+    """The ledger's group of this stretch's opening work (its first input, a first trace): the run's
+    first stretch is start-up, a later world's first a world change, any other a resize."""
+    return "resize" if self.stretches else "world_change" if self.later else "startup"
+
+  def _stretch(self) -> loop_lib.Ending:
     """The loop at one shape: its LR schedule, the progress lines, the noise scale's sizes."""
     p, world, config, data, course = self.parts, self.world, self.config, self.data, self.course
     spe = data.steps_per_epoch
@@ -246,11 +253,15 @@ class Run:
     p.log("training %s %d..%d (%d per epoch, %.1f epochs)", "base-batch steps" if gain else "steps",
           course.nominal_step(spe), course.last_step(spe), course.per_epoch(spe),
           course.last_step(spe) / course.per_epoch(spe))
+    traced = config.data.accumulation_steps not in self.steps  # its first step traces it
+    train_step = step_lib.host_step(self.step_for(config.data.accumulation_steps))
+    timing = hooks.Timing(p.ledger, config.data.global_batch, self._opening(), traced=traced,
+                          writer=p.writers.get("tb") if world.is_chief else None)
     loop = loop_lib.Loop(
-        course, data, step_lib.host_step(self.step_for(config.data.accumulation_steps)), p.evaluator(data),
+        course, data, train_step, p.evaluator(data),
         save=lambda s: p.saver.save(s, course.position), schedule=schedule, stop_code=lambda: p.stop_request.code,
-        policy=loop_lib.Policy.of(config, self.eval_batch), clock=p.clock, gain=gain, resize=self.reshape, agree=p.agree,
-        record=p.saver.record_evaluation,
-        hooks=[hooks.StepVariable(p.step_var), hooks.Watching(p.watchdog), *filter(None, [measuring]),
+        policy=loop_lib.Policy.of(config, self.eval_batch), clock=p.clock, gain=gain, resize=self.reshape,
+        agree=p.ledger.timed("agree", p.agree), record=p.saver.record_evaluation,
+        hooks=[timing, hooks.StepVariable(p.step_var), hooks.Watching(p.watchdog), *filter(None, [measuring]),
                *([p.controller] if p.controller else []), hooks.Reporting(progress, by_updates=gain is not None)])
-    return loop.run(), progress
+    return loop.run()

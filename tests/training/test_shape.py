@@ -91,8 +91,8 @@ class Controller:
     return {}
 
   def __getattr__(self, name):  # the loop's hooks: nothing to time here
-    if name in ("before", "after_step", "after_eval", "after_eval_batch", "after_save", "after_commit",
-                "evaluated_before"):
+    if name in ("before", "after_step", "after_eval", "after_eval_batch", "after_save", "before_commit",
+                "after_commit", "after_epoch", "evaluated_before"):
       return lambda *args: None
     raise AttributeError(name)
 
