@@ -113,6 +113,7 @@ def convert(src: str, dst: str, train_shards: int = 1024, validation_shards: int
       print(f"\rconvert: {n}/{len(jobs)} shards  {done_images:,}/{total:,} images  "
             f"{rate:,.0f} img/s  eta {int(eta // 60)}:{int(eta % 60):02d}", end="", file=progress, flush=True)
   print(file=progress)
+  records.write_index(dst, results)  # start-up reads these counts instead of walking every record
   meta = {"num_classes": len(classes), "classes": classes,
           "records": {os.path.basename(p): c for p, c in sorted(results.items())},
           "train_examples": sum(c for p, c in results.items() if os.path.basename(p).startswith("train-")),

@@ -63,8 +63,9 @@ def imagenet_like(name, num_classes, image_size, num_train, num_eval, crop=True)
 
 
 def scan(config) -> Scanned:
-  """What the files of a DataConfig hold. Reads every file's record count: train.py
-  scans once, in the flag check, and hands the result to input.pipeline.build."""
+  """What the files of a DataConfig hold: every file's record count (the writer's record index where
+  a shard's size matches it, else its headers walked). train.py scans once, in the flag check, and
+  hands the result to input.pipeline.build."""
   if config.source is Source.FOLDER:
     return _folder(config)
   if config.source is Source.TFDS:
@@ -100,11 +101,11 @@ def _missing_sentence(data_dir, missing, count, where, again) -> str:
           f"{it} from where the set was {where}, or {again}.")
 
 
-def _count(paths, flag_hint, skip_corrupt, damaged):
+def _count(paths, flag_hint, skip_corrupt, damaged, index):
   counts = []
   for path in paths:
     try:
-      counts.append(records.count_records(path))
+      counts.append(records.indexed_count(path, index))
     except records.TruncatedRecordFile as e:
       if not skip_corrupt:
         raise ConfigError(f"{e}; re-create it ({flag_hint}) or pass --skip_corrupt to train on "
@@ -128,9 +129,9 @@ def _tfrecords(config) -> Scanned:
   if missing:
     count = int(SHARD.match(missing[0])["count"])
     raise ConfigError(_missing_sentence(d, missing, count, "written", f"write the set again ({hint})"))
-  damaged = []
-  train_counts = _count(train, hint, config.skip_corrupt, damaged)
-  eval_counts = _count(evals, hint, config.skip_corrupt, damaged)
+  damaged, index = [], records.read_index(d)
+  train_counts = _count(train, hint, config.skip_corrupt, damaged, index)
+  eval_counts = _count(evals, hint, config.skip_corrupt, damaged, index)
   meta = {}
   if os.path.exists(os.path.join(d, INFO_FILE)):
     with open(os.path.join(d, INFO_FILE)) as fh:

@@ -157,11 +157,15 @@ def line(time_block: dict) -> str:
   groups = dict(time_block["groups"])
   steps = groups.pop(STEPS, 0.0)
   others = sorted(groups.items(), key=lambda gs: -gs[1])[:3]
-  rest = ", ".join(f"{g.replace('_', ' ')} {s:.1f} s" for g, s in others)
+  rest = ", ".join(f"{NAMES.get(g, g)} {s:.1f} s" for g, s in others)
   share = time_block["productive_share"]
   return (f"time: {time_block['wall_seconds']:.1f} s wall, {steps:.1f} s in steps (productive share "
-          f"{share if share is not None else 0:.2f}); the most of the rest: {rest or 'nothing'} "
+          f"{share if share is not None else 0:.2f}); most of the rest: {rest or 'nothing'} "
           "(summary.json's time block has every part)")
+
+
+NAMES = {"startup": "start-up", "epoch_input": "epoch input", "agree": "BatchNorm agreement",
+         "world_change": "world changes"}  # the end-of-run line's words for the groups
 
 
 def _order(part: str) -> tuple:

@@ -40,7 +40,7 @@ def test_cli_writes_the_imagenet_layout_byte_for_byte(tmp_path):
   assert "100 training and 20 validation images of 100 classes" in proc.stdout
   assert "convert: 6/6 shards" in proc.stderr  # the progress line
   names = sorted(os.listdir(tmp_path / "out"))
-  assert names == [sources.INFO_FILE] + [f"train-0000{i}-of-00004" for i in range(4)] + \
+  assert names == [sources.INFO_FILE, records.INDEX_FILE] + [f"train-0000{i}-of-00004" for i in range(4)] + \
       ["validation-00000-of-00002", "validation-00001-of-00002"]
   classes = sorted(os.listdir(os.path.join(src, "train")))
   by_name = {os.path.basename(p): p for p in samples.sample_files()}

@@ -189,6 +189,25 @@ def test_a_truncated_tfrecord_is_named_or_skipped(tmp_path, tfrecords):
   assert source.damaged == (str(damaged),) and source.info.num_train == NUM - 1
 
 
+def test_start_up_reads_the_writers_record_counts_where_each_shards_size_still_matches(tmp_path, tfrecords):
+  for name in os.listdir(tfrecords):
+    shutil.copy(os.path.join(tfrecords, name), tmp_path / name)
+  index = records.read_index(str(tmp_path))
+  walked = {name: records.count_records(str(tmp_path / name)) for name in index}
+  assert {name: n for name, (n, _) in index.items()} == walked  # the converter's index holds every shard
+  config = data_config("imagenet", str(tmp_path))
+  # An index that says 1 more record for one shard is believed (nothing walks it)...
+  index["train-00000-of-00007"][0] += 1
+  (tmp_path / records.INDEX_FILE).write_text(json.dumps(index))
+  assert sources.scan(config).info.num_train == NUM + 1
+  # ...until the shard's size differs from the one written (a copy cut short, a rewrite): walked again.
+  index["train-00000-of-00007"][1] += 1
+  (tmp_path / records.INDEX_FILE).write_text(json.dumps(index))
+  assert sources.scan(config).info.num_train == NUM
+  (tmp_path / records.INDEX_FILE).write_text("{not json")  # unreadable: every shard walked
+  assert sources.scan(config).info.num_train == NUM
+
+
 @pytest.fixture
 def folder_with_a_damaged_jpeg(tmp_path):
   root = samples.imagenet_folder(str(tmp_path))

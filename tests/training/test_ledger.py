@@ -101,7 +101,7 @@ def test_the_block_reads_the_productive_share_and_both_rates_off_the_parts():
   assert "resumed at step 300" in ledger.block(parts, 50.0, 0, 0, resumed_step=300)["clock"]
   line = ledger.line(block)
   assert "productive share 0.40" in line
-  assert "evaluation 15.0 s, startup 10.0 s, epoch input 5.0 s" in line
+  assert "evaluation 15.0 s, start-up 10.0 s, epoch input 5.0 s" in line
 
 
 class Data:
