@@ -134,6 +134,7 @@ def pipeline_rate(data_dir: str, batch_size: int, ranks: int, rank: int,
   world = World(size=ranks, rank=rank, local_size=ranks, local_rank=rank)
   f = argparse.Namespace(dataset="imagenet", data_dir=data_dir, batch_size=batch_size, global_batch_size=0,
                          eval_batch_size=0, shuffle_buffer=10_000, image_size=IMAGE_SIZE, skip_corrupt=False,
+                         prepare_next_epoch=False,
                          accumulation_steps=1,
                          batch_policy="fixed", max_global_batch=0, batch_decide_every=50)
   data = pipeline.build(data_flags.build(f, world), world, seed=0)
@@ -187,7 +188,7 @@ def plot(result: dict, path: str) -> None:
 def summary(runs: dict, args, count: int, cores: int) -> dict:
   """The medians of the alternating runs, and what they are measured against (results/bench_input.json)."""
   med = {k: float(np.median(v)) for k, v in runs.items()}
-  images = (f"{count} JPEGs of --images_dir={os.path.abspath(args.images_dir)}" if args.images_dir
+  images = (f"{count} JPEGs of --images_dir={os.path.relpath(args.images_dir, REPO)}" if args.images_dir
             else f"{count} JPEGs bench/samples.py cut from the photographs packaged in scikit-learn and "
                  "matplotlib, not ImageNet's (--images_dir=../shared/data/imagenet-sample measures on those)")
   limit = med["fused"] * cores

@@ -89,6 +89,7 @@ class DataConfig:
   batch_policy: str = "fixed"  # fixed | adaptive: the goodput controller moves the accumulation steps (training/batch_control.py)
   max_global_batch: int = 0    # adaptive: the largest global batch it may choose
   decide_every: int = 50       # adaptive: updates between its decisions
+  prepare_next_epoch: bool = True  # the next epoch's input built while this one trains (input/ahead.py)
 
   @property
   def step_batch(self) -> int:

@@ -60,6 +60,10 @@ def define() -> None:
   absl_flags.DEFINE_integer("eval_batch_size", 0, "Images per rank per evaluation step "
                             "(0: same as the training batch per rank).")
   absl_flags.DEFINE_integer("shuffle_buffer", 10_000, "Examples in each rank's shuffle buffer.")
+  absl_flags.DEFINE_boolean(
+      "prepare_next_epoch", True, "Build the next epoch's input and read its first batch in the "
+      "background while this epoch trains, so an epoch's end does not wait for it (false: one "
+      "pipeline, and one shuffle buffer, alive at a time).")
   absl_flags.DEFINE_integer(
       "image_size", 224, "Side of the square images fed to the model for imagenet, folder and "
       "tfds sets: random crops resized to it in training, a central crop in evaluation.")
@@ -158,7 +162,8 @@ def build(f, world: World, later_world: bool = False) -> DataConfig:
                     batch_size=batch_size,
                     global_batch=global_batch, eval_batch_size=f.eval_batch_size or batch_size,
                     shuffle_buffer=f.shuffle_buffer, accumulation_steps=k, batch_policy=f.batch_policy,
-                    max_global_batch=max_global, decide_every=f.batch_decide_every)
+                    max_global_batch=max_global, decide_every=f.batch_decide_every,
+                    prepare_next_epoch=f.prepare_next_epoch)
 
 
 def _check_batch_policy(f, global_batch: int, batch_size: int, world: World, later_world: bool = False) -> int:

@@ -1,17 +1,14 @@
-"""tf.data pipelines: each rank reads its own share of one shared per-epoch
-shuffle, prepares the next batch while the current step runs, and a given
-(seed, epoch) always yields the same batches, so a resumed run continues
-exactly where it stopped.
+"""tf.data pipelines: each rank reads its own share of one shared per-epoch shuffle, prepares the
+next batch while the current step runs, and a given (seed, epoch) always yields the same batches,
+so a resumed run continues exactly where it stopped.
 
-Stages (Jia et al.'s input module; tensorflow/models and NVIDIA's ResNet-50):
-plan (input/sharding.py: this rank's runs of files for the epoch) -> parallel
-interleave of the files -> shuffle buffer of encoded records -> parallel map of
-parse + decode-and-crop + resize + flip + normalise -> batch (drop_remainder
-in training) -> label check -> prefetch (to the GPU when there is one). Bad
-input is looked for only when a batch fails, or, with --skip_corrupt, in every
-example, to drop it (input/damage.py). Every parallel stage
-is AUTOTUNE inside a private thread pool of the cores this rank may use
-(World.threads_per_rank), so the ranks of a node do not oversubscribe it.
+Stages (Jia et al.'s input module; tensorflow/models and NVIDIA's ResNet-50): plan
+(input/sharding.py: this rank's runs of files for the epoch) -> parallel interleave of the files ->
+shuffle buffer of encoded records -> parallel map of parse + decode-and-crop + resize + flip +
+normalise -> batch (drop_remainder in training) -> label check -> prefetch (to the GPU when there is
+one). Bad input is looked for only when a batch fails, or, with --skip_corrupt, in every example, to
+drop it (input/damage.py). Every parallel stage is AUTOTUNE inside a private thread pool of the cores
+this rank may use (World.threads_per_rank), so the ranks of a node do not oversubscribe it.
 """
 import abc
 import dataclasses
@@ -22,7 +19,7 @@ import tensorflow as tf
 
 from comm.topology import World
 from flags.config import DataConfig, DatasetInfo, Source
-from input import damage, digits, fashion_mnist, preprocessing, records, sharding, sources
+from input import ahead, damage, digits, fashion_mnist, preprocessing, records, sharding, sources
 from progress import emit
 
 
@@ -51,8 +48,7 @@ class Input(abc.ABC):
     return None
 
   def elastic_plan(self, epoch: int, history: tuple[sharding.Generation, ...]) -> "ElasticPlan":
-    """Elastic training: this rank's share of what the epoch has left after its earlier
-    generations (history), for train_epoch(plan=...)."""
+    """Elastic: this rank's share of what the epoch left after its generations (history), for train_epoch."""
     raise NotImplementedError(f"{type(self).__name__} has no elastic plan")
 
 
@@ -92,16 +88,16 @@ def build(config: DataConfig, world: World, seed: int, dtype=tf.float32,
   every rank reads with the same interleave width (ELASTIC_READERS), whatever its cores: any
   rank can then replay the order another rank read in.
 
-  scanned: sources.scan(config) if the caller has it (train.py: from the flag
-  check, so the files are read once); scanned here otherwise (digits: after
-  prepare() has written them).
+  scanned: sources.scan(config) if the caller has it (train.py: from the flag check, so the files
+  are read once); scanned here otherwise (digits: after prepare() has written them).
   """
   if config.source is Source.SYNTHETIC:
     return _Synthetic(config, seed, dtype)
   source = scanned or sources.scan(config)
   for path in source.damaged:
     emit(f"input: {path} is truncated; training on its complete records (--skip_corrupt)")
-  return _Files(config, world, seed, source, dtype, elastic)
+  files = _Files(config, world, seed, source, dtype, elastic)
+  return ahead.NextEpoch(files) if config.prepare_next_epoch else files
 
 
 def _options(world: World) -> tf.data.Options:
@@ -109,6 +105,9 @@ def _options(world: World) -> tf.data.Options:
   options.deterministic = True  # same (seed, epoch) -> same batches, for exact resume
   options.threading.private_threadpool_size = world.threads_per_rank()
   options.threading.max_intra_op_parallelism = 1  # parallelism across examples, not inside one
+  # No model-based autotuning (AUTOTUNE stages run at the pool's width): it held an epoch's end for 1-16 s
+  # on 2 ranks and 2 cores, make train's epoch input 8.5-11.3 s in all, 0.1 s without (docs/time.md).
+  options.autotune.enabled = False
   return options
 
 
@@ -182,8 +181,7 @@ def _tfds_parser(source: sources.Scanned):
 
 
 class _Files(Input):
-  """The Input of a data set in files (digits, imagenet, folder, tfds): this
-  rank's share of each epoch's shuffle, and of the held-out split."""
+  """A data set in files (digits, imagenet, folder, tfds): this rank's share of each epoch and the split."""
 
   def __init__(self, config: DataConfig, world: World, seed: int, source: sources.Scanned, dtype,
                elastic: bool = False):
@@ -197,6 +195,7 @@ class _Files(Input):
     self.read_eval = _reader(source, source.eval, threads)
     self.blank = tf.zeros(self.info.image_shape, dtype)
     self.skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="input_skipped")
+    self._held_out = None  # eval()'s dataset, built at the first evaluation
 
   def train_prepare(self, encoded, boxes, s):
     """(encoded image, boxes (n, 4), stateless seed (2,)) -> training image (H, W, C) in self.dtype."""
@@ -269,8 +268,7 @@ class _Files(Input):
     return np.fromiter(spans.as_numpy_iterator(), np.int64, len(positions)) + lo
 
   def _runs_of(self, epoch, positions) -> tuple[list, tuple | None]:
-    """(runs, keep) of train_epoch's reader for the sorted line positions: the runs of files
-    covering their span, and keep (offsets, mask) when the span holds others too."""
+    """(runs of files covering the sorted line positions' span, keep (offsets, mask) where it holds others)."""
     if not len(positions):
       return [], None
     split = self.source.train
@@ -289,6 +287,12 @@ class _Files(Input):
     return _mix(self.seed, epoch, rank, 1, *([generation] if generation else []))
 
   def eval(self):
+    """This rank's held-out batches (None: no split), built at the first evaluation, iterated at each."""
+    if self._held_out is None:
+      self._held_out = [self._build_eval()]
+    return self._held_out[0]
+
+  def _build_eval(self):
     split, config = self.source.eval, self.config
     if not split.total:
       return None

@@ -25,6 +25,7 @@ def data_config(dataset, data_dir, batch_size=8, world=World(), image_size=32, s
   """A DataConfig through the real flag validation."""
   f = types.SimpleNamespace(dataset=dataset, data_dir=data_dir, batch_size=batch_size, global_batch_size=0,
                             eval_batch_size=0, shuffle_buffer=64, image_size=image_size,
+                            prepare_next_epoch=True,
                             skip_corrupt=skip_corrupt, accumulation_steps=1,
                             batch_policy="fixed", max_global_batch=0, batch_decide_every=50)
   return data_flags.build(f, world)

@@ -38,6 +38,7 @@ def scan(world, path):
   """(problem, scanned) of this rank's directory, as flags.check_paths has them in train.py's setup."""
   f = types.SimpleNamespace(dataset="imagenet", data_dir=path, batch_size=2, global_batch_size=0,
                             eval_batch_size=0, shuffle_buffer=64, image_size=32, skip_corrupt=False,
+                            prepare_next_epoch=True,
                             accumulation_steps=1,
                             batch_policy="fixed", max_global_batch=0, batch_decide_every=50)
   return data_flags.check(data_flags.build(f, world), world)
