@@ -39,6 +39,9 @@ class NextEpoch:
   def elastic_plan(self, epoch, history):
     return self.inner.elastic_plan(epoch, history)
 
+  def __getattr__(self, name):  # anything else is the inner Input's (its source, quota, config, ...)
+    return getattr(self.inner, name)
+
   def _prepare(self, epoch: int) -> None:
     if self._ahead is None or self._ahead[0] != epoch:
       self._ahead = (epoch, self._pool.submit(_first_batch, self.inner, epoch))
