@@ -91,6 +91,10 @@ bench-input: ops  ## input pipeline on real JPEGs (packaged photographs; ARGS=--
 bench-comm: ops  ## allreduce algorithms (horovod, flat, hier, hybrid, mpi4py floor), 2 and 4 ranks, MPI and Gloo; writes results/bench_comm.{json,png}
 	$(PY) bench/bench_comm.py $(ARGS)
 
+.PHONY: bench-overhead
+bench-overhead: ops  ## where train.py's wall time goes outside its steps: make train, Fashion-MNIST ResNet-8 4 epochs, ResNet-50 synthetic, 3 launches each; writes results/overhead.{json,md,png} (ARGS="--quick --launches=1 --out_dir=/tmp/o": a smoke run)
+	$(PY) -m bench.overhead $(ARGS)
+
 .PHONY: bench-scaling
 bench-scaling: ops  ## on an emulated 4-host cluster (root): cost model calibrated and checked, flat/hier/hybrid/horovod, training efficiency, simulation to 2,048 ranks; writes results/bench_scaling.json, scaling.md, scaling_*.png (ARGS="--quick --only=2x2 --repeats=1 --train_steps=1 --out_dir=/tmp/s": a smoke run)
 	$(PY) -m bench.scaling $(ARGS)

@@ -51,6 +51,12 @@ def test_a_short_run_lowers_the_loss_and_every_rank_stops_at_the_same_evaluation
   assert step % (1497 // 64) % 5 == 0, summary  # --eval_every into an epoch, or an epoch end
   assert summary["steps"] == step < 4 * (1497 // 64), summary
   assert 0 < summary["time_to_target_seconds"] <= summary["wall_seconds"]
+  # The time ledger (training/ledger.py): its parts sum to the wall, the steps among them, and the step
+  # rate is read off the steps' part alone.
+  time_block = summary["time"]
+  assert sum(time_block["parts"].values()) == pytest.approx(time_block["wall_seconds"], rel=0.02)
+  assert 0 < time_block["groups"]["steps"] < time_block["wall_seconds"] and time_block["groups"]["startup"] > 0
+  assert summary["images_per_sec"] == time_block["images_per_step_second"] > summary["images_per_wall_second"]
   assert summary["final_top1"] >= 0.85 and 0 < summary["final_top1"] <= summary["final_top5"] <= 1
   tops = [float(t) for t in re.findall(r"eval top1 ([0-9.]+)  top5", proc.stderr)]
   assert tops[-1] >= 0.85 and all(t < 0.85 for t in tops[:-1]), tops  # the first evaluation that reached it

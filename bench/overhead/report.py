@@ -1,0 +1,62 @@
+"""results/overhead.md and overhead.png from the program's record (bench/overhead/__main__.py)."""
+
+SHOWN = ("startup", "steps", "epoch_input", "evaluation", "agree", "checkpoint", "export", "finish", "unaccounted")
+
+
+def _range(m: list, fmt: str) -> str:
+  """'median (min-max)' of [median, min, max]."""
+  return f"{m[0]:{fmt}} ({m[1]:{fmt}}-{m[2]:{fmt}})" if m[1] != m[2] else f"{m[0]:{fmt}}"
+
+
+def markdown(record: dict) -> str:
+  s = record["setup"]
+  lines = ["# Where the wall time goes outside the steps (`make bench-overhead`)", "",
+           f"Commit {s['commit']}, {s['date']}, {s['cores']} cores ({s['cpu']}), {s['launches']} launch(es) of each "
+           f"configuration, 2 ranks under horovodrun on one host{', --quick (shorter runs)' if s['quick'] else ''}. "
+           "Each figure is the median of the launches, with their range; the parts are training/ledger.py's "
+           "(docs/time.md). The epoch ends' share is their seconds (epoch input, evaluation, BatchNorm agreement, "
+           "checkpoint, commit) over the steps' seconds: per epoch, the same ratio.", "",
+           "| configuration | wall s | steps s | start-up s | productive share | after start-up | epoch ends / steps |",
+           "|---|---|---|---|---|---|---|"]
+  for name, c in record["configs"].items():
+    m = c["median"]
+    lines.append(f"| {name}: {c['what']} | {_range(m['wall_seconds'], '.1f')} | {_range(m['step_seconds'], '.1f')} | "
+                 f"{_range(m['startup_seconds'], '.1f')} | {_range(m['productive_share'], '.2f')} | "
+                 f"{_range(m['productive_share_after_startup'], '.2f')} | {_range(m['epoch_end_share_of_steps'], '.1%')} |")
+  lines += ["", "## Targets", ""]
+  for name, c in record["configs"].items():
+    for target, (met, value) in c["verdicts"].items():
+      lines.append(f"- {name}: {target}: {'met' if met else 'not met'} ({value:.3g})")
+    if not c["verdicts"]:
+      lines.append(f"- {name}: reported, no target")
+  lines += ["", "## Parts, median seconds", "",
+            "| configuration | " + " | ".join(SHOWN) + " |", "|---|" + "---|" * len(SHOWN)]
+  for name, c in record["configs"].items():
+    parts = [sorted(launch["groups"].get(g, 0.0) for launch in c["launches"]) for g in SHOWN]
+    lines.append(f"| {name} | " + " | ".join(f"{p[len(p) // 2]:.2f}" for p in parts) + " |")
+  lines += ["", "Not in it: the emulated hosts' runs (2 and 4 hosts, unshaped and 20 Mbit/s).", ""]
+  return "\n".join(lines)
+
+
+def figure(record: dict, path: str) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  names = list(record["configs"])
+  fig, ax = plt.subplots(figsize=(8, 1.2 + 0.8 * len(names)))
+  for row, name in enumerate(names):
+    launches = record["configs"][name]["launches"]
+    left = 0.0
+    for g in SHOWN:
+      values = sorted(launch["groups"].get(g, 0.0) for launch in launches)
+      width = values[len(values) // 2]
+      ax.barh(row, width, left=left, color=f"C{SHOWN.index(g)}", label=g if row == 0 else None)
+      left += width
+  ax.set_yticks(range(len(names)), names)
+  ax.set_xlabel("seconds (median of the launches, part by part)")
+  ax.set_title(f"train.py's wall time by part, commit {record['setup']['commit']}", fontsize=10)
+  ax.legend(fontsize=7, ncol=3, loc="lower right")
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
