@@ -78,7 +78,14 @@ def main(argv=None) -> int:
     out["configs"][name] = {"what": what, "ranks": ranks, "flags": flags, "launches": launches, "median": medians,
                             "verdicts": {k: list(v) for k, v in ledgers.verdicts(name, medians).items()}}
   os.makedirs(args.out_dir, exist_ok=True)
-  with open(os.path.join(args.out_dir, "overhead.json"), "w") as fh:
+  path = os.path.join(args.out_dir, "overhead.json")
+  if os.path.exists(path):  # configurations --only left out, measured at this commit before, stay
+    with open(path) as fh:
+      before = json.load(fh)
+    if before["setup"]["commit"] == head:
+      out["configs"] = {**{k: v for k, v in before["configs"].items() if k not in out["configs"]}, **out["configs"]}
+      out["setup"]["launches"] = {k: len(v["launches"]) for k, v in out["configs"].items()}
+  with open(path, "w") as fh:
     json.dump(out, fh, indent=1)
   with open(os.path.join(args.out_dir, "overhead.md"), "w") as fh:
     fh.write(report.markdown(out))
