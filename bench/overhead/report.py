@@ -43,7 +43,7 @@ def figure(record: dict, path: str) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   names = list(record["configs"])
-  fig, ax = plt.subplots(figsize=(8, 1.2 + 0.8 * len(names)))
+  fig, ax = plt.subplots(figsize=(9, 1.6 + 0.7 * len(names)))
   for row, name in enumerate(names):
     launches = record["configs"][name]["launches"]
     left = 0.0
@@ -55,7 +55,7 @@ def figure(record: dict, path: str) -> None:
   ax.set_yticks(range(len(names)), names)
   ax.set_xlabel("seconds (median of the launches, part by part)")
   ax.set_title(f"train.py's wall time by part, commit {record['setup']['commit']}", fontsize=10)
-  ax.legend(fontsize=7, ncol=3, loc="lower right")
+  ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
   fig.tight_layout()
   fig.savefig(path, dpi=100)
   plt.close(fig)
