@@ -10,9 +10,10 @@ def _range(m: list, fmt: str) -> str:
 
 def markdown(record: dict) -> str:
   s = record["setup"]
+  launches = s["launches"] if isinstance(s["launches"], int) else ", ".join(f"{k} {n}" for k, n in s["launches"].items())
   lines = ["# Where the wall time goes outside the steps (`make bench-overhead`)", "",
            f"Commit {s['commit']}, {s['date']}, {s['cores']} cores ({s['cpu']}), launches of each configuration: "
-           f"{s['launches']}, 2 ranks under horovodrun on one host{', --quick (shorter runs)' if s['quick'] else ''}. "
+           f"{launches}, 2 ranks under horovodrun on one host{', --quick (shorter runs)' if s['quick'] else ''}. "
            "Each figure is the median of the launches, with their range; the parts are training/ledger.py's "
            "(docs/time.md). The epoch ends' share is their seconds (epoch input, evaluation, BatchNorm agreement, "
            "checkpoint, commit) over the steps' seconds: per epoch, the same ratio.", "",
