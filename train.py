@@ -36,8 +36,9 @@ from input import pipeline  # noqa: E402
 from models import build_model  # noqa: E402
 from optimizers import build_optimizer, precision  # noqa: E402
 from progress import emit, write_json_atomic  # noqa: E402
-from training import checkpoints, ending, evaluation, export, ledger as ledger_lib, loop, modes, noise_scale  # noqa: E402
-from training import outcome, report, saving, shape, signals, step as step_lib, watchdog as watchdog_lib  # noqa: E402
+from training import checkpoints, ending, evaluation, export, ledger as ledger_lib, loop, modes  # noqa: E402
+from training import noise_scale, outcome, report, saving, shape, signals  # noqa: E402
+from training import step as step_lib, watchdog as watchdog_lib  # noqa: E402
 
 flags.define_flags()
 FLAGS = absl_flags.FLAGS

@@ -49,7 +49,8 @@ def parse_args(argv=None):
 
 
 def commit() -> str:
-  return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+  git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+  return git.stdout.strip()
 
 
 def main(argv=None) -> int:

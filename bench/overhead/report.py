@@ -10,7 +10,9 @@ def _range(m: list, fmt: str) -> str:
 
 def markdown(record: dict) -> str:
   s = record["setup"]
-  launches = s["launches"] if isinstance(s["launches"], int) else ", ".join(f"{k} {n}" for k, n in s["launches"].items())
+  launches = s["launches"]
+  if isinstance(launches, dict):  # configurations run at different counts
+    launches = ", ".join(f"{name} {n}" for name, n in launches.items())
   lines = ["# Where the wall time goes outside the steps (`make bench-overhead`)", "",
            f"Commit {s['commit']}, {s['date']}, {s['cores']} cores ({s['cpu']}), launches of each configuration: "
            f"{launches}, 2 ranks under horovodrun on one host{', --quick (shorter runs)' if s['quick'] else ''}. "
@@ -23,7 +25,8 @@ def markdown(record: dict) -> str:
     m = c["median"]
     lines.append(f"| {name}: {c['what']} | {_range(m['wall_seconds'], '.1f')} | {_range(m['step_seconds'], '.1f')} | "
                  f"{_range(m['startup_seconds'], '.1f')} | {_range(m['productive_share'], '.2f')} | "
-                 f"{_range(m['productive_share_after_startup'], '.2f')} | {_range(m['epoch_end_share_of_steps'], '.1%')} |")
+                 f"{_range(m['productive_share_after_startup'], '.2f')} | "
+                 f"{_range(m['epoch_end_share_of_steps'], '.1%')} |")
   lines += ["", "## Targets", ""]
   for name, c in record["configs"].items():
     for target, (met, value) in c["verdicts"].items():
