@@ -18,8 +18,7 @@ class NextEpoch:
   background when epoch e is asked for."""
 
   def __init__(self, inner):
-    self.inner, self.info, self.steps_per_epoch = inner, inner.info, inner.steps_per_epoch
-    self.readers = getattr(inner, "readers", 0)
+    self.inner = inner
     self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="next-epoch")
     self._ahead: tuple[int, concurrent.futures.Future] | None = None  # (epoch, its first batch and the rest)
 
@@ -33,13 +32,7 @@ class NextEpoch:
       return self.inner.train_epoch(epoch, first_step=first_step, count=count, plan=plan)
     return itertools.islice(ready, count) if count is not None else ready
 
-  def eval(self):
-    return self.inner.eval()
-
-  def elastic_plan(self, epoch, history):
-    return self.inner.elastic_plan(epoch, history)
-
-  def __getattr__(self, name):  # anything else is the inner Input's (its source, quota, config, ...)
+  def __getattr__(self, name):  # the rest is the inner Input's: info, steps_per_epoch, readers, eval, ...
     return getattr(self.inner, name)
 
   def _prepare(self, epoch: int) -> None:
