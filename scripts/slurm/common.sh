@@ -37,6 +37,16 @@ PYTHON=${PYTHON:-$REPO/.venv/bin/python}
 [ -x "$PYTHON" ] || { echo "error: no Python at $PYTHON; run 'make setup' or set PYTHON=." >&2; exit 2; }
 export PATH="$(dirname "$PYTHON"):$PATH"
 LAUNCHER=${LAUNCHER:-srun}
+# --model_dir among the script's arguments (train.py's flags) is MODEL_DIR: the requeue check below
+# reads the directory train.py writes, and no runs/slurm-<jobid> is made beside it.
+previous=
+for arg in "$@"; do
+  case "$arg" in
+    --model_dir=*) MODEL_DIR=${arg#--model_dir=} ;;
+    *) if [ "$previous" = --model_dir ]; then MODEL_DIR=$arg; fi ;;
+  esac
+  previous=$arg
+done
 MODEL_DIR=${MODEL_DIR:-runs/slurm-$SLURM_JOB_ID}
 source "$REPO/scripts/slurm/requeue.sh"
 # When this run began, in MODEL_DIR's own clock: a checkpoint newer than it is progress to requeue for.

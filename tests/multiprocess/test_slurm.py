@@ -114,6 +114,8 @@ def test_sbatch_script_trains_two_ranks_under_srun(slurm, digits_dir):
   assert summary["ranks"] == 2 and summary["steps"] == 4 and summary["replicas_identical"] is True, summary
   assert summary["dataset"] == "digits"
   assert json.load(open(os.path.join(model_dir, "summary.json"))) == summary
+  # --model_dir among the script's arguments is its MODEL_DIR: nothing made under the clone's runs/
+  assert not os.path.exists(os.path.join(REPO, "runs", f"slurm-{job_id}")), "common.sh made runs/slurm-<jobid>"
 
 
 @pytest.mark.parametrize("launcher", ["srun", "mpirun"])
