@@ -36,9 +36,10 @@ from input import pipeline  # noqa: E402
 from models import build_model  # noqa: E402
 from optimizers import build_optimizer, precision  # noqa: E402
 from progress import emit, write_json_atomic  # noqa: E402
-from training import checkpoints, ending, evaluation, export, ledger as ledger_lib, loop, modes  # noqa: E402
-from training import noise_scale, outcome, report, saving, shape, signals  # noqa: E402
-from training import step as step_lib, watchdog as watchdog_lib  # noqa: E402
+from training import evaluation, ledger as ledger_lib, loop, modes, shape, step as step_lib  # noqa: E402
+from training.adaptive import noise_scale  # noqa: E402
+from training.ending import closing, outcome, report, signals, watchdog as watchdog_lib  # noqa: E402
+from training.persist import checkpoints, export, saving  # noqa: E402
 
 flags.define_flags()
 FLAGS = absl_flags.FLAGS
@@ -54,7 +55,7 @@ def main(argv):
   """train(), and one line instead of a traceback when another rank dies under it (report.peer_lost)."""
   if len(argv) > 1:
     fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value (see --helpfull).")
-  stop_request = signals.StopRequest()  # a signal asks for a stop (training/signals.py): progress is kept
+  stop_request = signals.StopRequest()  # a signal asks for a stop (training/ending/signals.py): progress is kept
   stop_request.install()
   try:
     train(stop_request)
@@ -91,7 +92,7 @@ def train(stop_request: signals.StopRequest):
   # Horovod: the evaluation's sums in one allreduce over ranks, and a stop agreed before each batch.
   evaluator = evaluation.over_ranks(hvd, step_lib.make_eval_step(model), lambda: stop_request.code)
   if config.run.eval_only:  # --eval_only: the checkpoint's held-out metrics, nothing trained or written
-    return ending.evaluate_checkpoint(hvd, config, world, mode, data, evaluator(data), saver, int(step_var),
+    return closing.evaluate_checkpoint(hvd, config, world, mode, data, evaluator(data), saver, int(step_var),
                                       watchdog, stop_request, ledger)
   noise = noise_scale.NoiseScale() if config.run.noise_scale else None  # B_simple, smoothed over steps and worlds
   parts = shape.Parts(
@@ -121,7 +122,7 @@ def train(stop_request: signals.StopRequest):
   except (flags.ConfigError, checkpoints.CheckpointError, loop.NoProgress) as e:  # the checkpoints stay intact
     fail(str(e))
   ledger.during("agree", parts.agree)  # a diverged run's too: the check below covers every variable
-  ending.finish(hvd, result, parts, replicated, mode, data.info, parts.compression.summary, resumed_step=resumed)
+  closing.finish(hvd, result, parts, replicated, mode, data.info, parts.compression.summary, resumed_step=resumed)
 
 
 # ------------------------------------------------------------------ setup --
@@ -148,7 +149,7 @@ def setup(stop_request, ledger):
   problem = mode.first_error(mode.launcher_problem() or problem, scanned)
   if problem:
     fail(problem)
-  # A rank that stops making progress ends the job with a line naming it (training/watchdog.py).
+  # A rank that stops making progress ends the job with a line naming it (training/ending/watchdog.py).
   watchdog = watchdog_lib.Watchdog.started(world, config.run.model_dir, config.faults.stall_timeout,
                                            newest_checkpoint=lambda: checkpoints.newest(config.run.model_dir),
                                            peers=mode.watch_peers)
@@ -185,7 +186,7 @@ def model_and_optimizer(config, info, log):
 # ------------------------------------------------------------- checkpoint --
 def restore(config, world, mode, model, optimizer, loss_scale, powersgd, data):
   """The step variable and the saver, after rank 0 restored the newest checkpoint (if any; the mode shares
-  it) and pinned AdaScale's base batch (training/saving.py, training/checkpoints.py: atomic, fault-proof)."""
+  it) and pinned AdaScale's base batch (training/persist/saving.py, training/persist/checkpoints.py: atomic, fault-proof)."""
   step_var, saver = saving.Saver.of_model(model, optimizer, config.run, mode.log, loss_scale=loss_scale,
                                           any_rank=lambda flag: sync.any_rank(hvd, flag, "nonfinite_state"),
                                           # Horovod: PowerSGD's residuals averaged (one grouped allreduce) before a save.

@@ -166,7 +166,7 @@ def long_eval_setup(model_dir: str) -> None:
 
 
 def heartbeat(model_dir: str, rank: int = 0) -> dict | None:
-  """The rank's heartbeat file (training/watchdog.py: step, phase, ...; written every 2 s), or None."""
+  """The rank's heartbeat file (training/ending/watchdog.py: step, phase, ...; written every 2 s), or None."""
   try:
     with open(os.path.join(model_dir, "heartbeats", f"rank-{rank}.json")) as fh:
       return json.load(fh)

@@ -31,7 +31,7 @@ Overlap with backprop: the plain exchange's buckets start while backprop still r
 part of their time behind it (docs/communication.md measured a third to a half), PowerSGD's
 calls start after the last gradient (its P needs every gradient's M) and hide none. So the plain
 exchange is charged (1 - overlap) of its price, overlap a prior (OVERLAP) that the batch
-controller replaces by the run's own update times (training/goodput.py); priced alone, auto
+controller replaces by the run's own update times (training/adaptive/goodput.py); priced alone, auto
 chose PowerSGD in every launch measured, on links where sending everything whole was as fast.
 Left out: the encoding competing with the collectives for cores.
 Pure: the same inputs give the same choice, so ranks that hold the same model and times (both

@@ -1,6 +1,6 @@
 """The squared norm of the mean gradient over ranks, from one small allreduce: a count sketch.
 
-The gradient noise scale (training/noise_scale.py) needs, each step, the squared norm of each
+The gradient noise scale (training/adaptive/noise_scale.py) needs, each step, the squared norm of each
 rank's own gradient (B_small) and of their mean over ranks (B_big); AdaScale's gain is computed
 from them. Without compression the mean is what the exchange returns. With PowerSGD the exchange
 returns a rank-r approximation of (mean gradient + mean residual), whose norm is neither, so the

@@ -67,8 +67,8 @@ class RunConfig:
   checkpoint_every: int
   keep_checkpoints: int
   threads: int
-  export: bool = True    # rank 0 writes a SavedModel to <model_dir>/export/ at the end (training/export.py)
-  noise_scale: bool = True  # measure the gradient noise scale each step (training/noise_scale.py)
+  export: bool = True    # rank 0 writes a SavedModel to <model_dir>/export/ at the end (training/persist/export.py)
+  noise_scale: bool = True  # measure the gradient noise scale each step (training/adaptive/noise_scale.py)
   eval_only: bool = False   # evaluate the newest checkpoint and exit (train.py's evaluate_checkpoint)
 
 
@@ -86,7 +86,7 @@ class DataConfig:
   eval_batch_size: int   # per rank
   shuffle_buffer: int
   accumulation_steps: int = 1  # micro-batches per update (training/step.py); adaptive: where it starts
-  batch_policy: str = "fixed"  # fixed | adaptive: the goodput controller moves the accumulation steps (training/batch_control.py)
+  batch_policy: str = "fixed"  # fixed | adaptive: the goodput controller moves the accumulation steps (training/adaptive/batch_control.py)
   max_global_batch: int = 0    # adaptive: the largest global batch it may choose
   decide_every: int = 50       # adaptive: updates between its decisions
   prepare_next_epoch: bool = True  # the next epoch's input built while this one trains (input/ahead.py)

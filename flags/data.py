@@ -46,7 +46,7 @@ def define() -> None:
   absl_flags.DEFINE_enum(
       "batch_policy", "fixed", ["fixed", "adaptive"],
       "fixed: the global batch the batch flags give, for the whole run. adaptive: a goodput controller "
-      "(training/batch_control.py) re-picks the accumulation steps every --batch_decide_every updates and at "
+      "(training/adaptive/batch_control.py) re-picks the accumulation steps every --batch_decide_every updates and at "
       "each world change, the K that makes the most base-batch progress a second (AdaScale's gain over the "
       "update time, fitted as the run goes), moving only for a predicted gain over 5% across the noise "
       "scale's spread; --accumulation_steps is where it starts (on one rank at least 2: its noise scale "
@@ -170,7 +170,7 @@ def _check_batch_policy(f, global_batch: int, batch_size: int, world: World, lat
   """--batch_policy's flags checked; the largest global batch it may choose (0: fixed).
 
   A starting --accumulation_steps past --max_global_batch is no error: each world starts at the
-  largest K that fits and says so (training/batch_control.py; an elastic world that grew past it
+  largest K that fits and says so (training/adaptive/batch_control.py; an elastic world that grew past it
   ended the run before). later_world: an elastic world after the first, which goes on even where
   K=1 is past the bound or leaves one batch to choose, where a first world's flags are refused."""
   if f.batch_policy != "adaptive":

@@ -9,7 +9,7 @@ this batch's,
 
 (fairscale's optim/adascale.py computes the same from per-rank gradients). Divided by |G|^2,
 with McCandlish et al.'s B_simple = tr(Sigma) / |G|^2 that every run measures
-(training/noise_scale.py):
+(training/adaptive/noise_scale.py):
 
     r = (1 + B_simple / B0) / (1 + B_simple / B)
 

@@ -118,7 +118,7 @@ class DynamicLossScale:
   Defaults as NVIDIA's AMP and Keras: S starts at 2**15, halves on every
   overflow, doubles after 2000 finite steps in a row. S lives in tf.Variables
   that evolve identically on every rank (same verdict each step) and are
-  checkpointed (training/saving.py): a resumed run goes on at the scale it had.
+  checkpointed (training/persist/saving.py): a resumed run goes on at the scale it had.
   """
 
   def __init__(self, enabled: bool, initial_scale: float = 2.0 ** 15, growth_interval: int = 2000,

@@ -165,7 +165,7 @@ def position_files(model_dir: str) -> list[str]:
 
 def read_position(model_dir: str, step: int) -> Position | None:
   """The Position of checkpoint `step` as checkpoints before issue 39 kept it, in position-N.json
-  beside it (training/saving.py keeps it inside the checkpoint now); None: a checkpoint written
+  beside it (training/persist/saving.py keeps it inside the checkpoint now); None: a checkpoint written
   before positions were kept."""
   path = position_path(model_dir, step)
   if not os.path.exists(path):

@@ -7,7 +7,7 @@ from training.loop import Hook
 
 
 class Watching(Hook):
-  """The watchdog (training/watchdog.py): each phase marked as it begins ('input', 'epoch',
+  """The watchdog (training/ending/watchdog.py): each phase marked as it begins ('input', 'epoch',
   'step', 'eval', 'checkpoint': its stall limit follows what its kind has taken so far), progress
   after each step (timed: the typical step time), evaluation batch, evaluation and save."""
 

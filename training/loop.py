@@ -1,9 +1,8 @@
 """The training loop: steps, evaluations, checkpoints and commits until the run ends, and a
 frozen record of how it ended.
 
-After orbit's Controller: the loop owns the order of things and asks its parts for the work (a
-train step, an evaluation, a save, a commit, each passed in), so it runs the same in train.py, once
-per world under --elastic, and in tests with a fake step and data (tests/training/test_loop.py).
+After orbit's Controller: the loop owns the order of things and asks its parts for the work (a train step,
+an evaluation, a save, a commit, each passed in): the same in train.py, each --elastic world and tests.
 What happens is told to hooks (Keras's callbacks): progress lines and TensorBoard, the watchdog,
 the step variable, the noise scale, the time ledger; none is called by hand.
 
@@ -28,7 +27,8 @@ on resume; a run restarted after it ended (finished, or its target met) says so 
 import dataclasses
 import time
 
-from training import evaluation, outcome
+from training import evaluation
+from training.ending import outcome
 
 
 class NoProgress(RuntimeError):
@@ -66,7 +66,7 @@ class Reached:
 
 
 # Why a run ended: Ending.cause. RESIZED ends a stretch, not the run: the batch controller
-# (training/batch_control.py) chose another accumulation K, and train.py goes on at it. OVER: a run
+# (training/adaptive/batch_control.py) chose another accumulation K, and train.py goes on at it. OVER: a run
 # started again after it had ended (finished with its last evaluation, or its target met): nothing to do.
 FINISHED, NOTHING_LEFT, TARGET, SIGNAL, RESIZED, OVER = "finished", "nothing_left", "target", "signal", "resized", "over"
 NONFINITE_STEP, NONFINITE_WEIGHTS = "nonfinite_step", "nonfinite_weights"

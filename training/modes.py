@@ -31,7 +31,8 @@ from flags.config import ConfigError
 from input import pipeline
 from progress import logger
 from input.sharding import Generation
-from training import checkpoints, course as course_lib, elastic
+from training import course as course_lib, elastic
+from training.persist import checkpoints
 
 
 @dataclasses.dataclass(frozen=True)

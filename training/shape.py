@@ -33,7 +33,8 @@ from comm import exchange as exchange_lib
 from optimizers import adascale, schedules
 from progress import Progress
 from comm import compression_choice
-from training import batch_control, goodput, hooks, ledger as ledger_lib, loop as loop_lib, modes, step as step_lib
+from training import hooks, ledger as ledger_lib, loop as loop_lib, modes, step as step_lib
+from training.adaptive import batch_control, goodput
 
 NONE, POWERSGD = "none", "powersgd"  # what a step sends: every gradient whole, or PowerSGD's P and Q
 
@@ -77,7 +78,7 @@ class Parts:
 
 
 def controller_for(config, noise, log, agree):
-  """The run's batch controller (training/batch_control.py), or None: under --batch_policy=adaptive it
+  """The run's batch controller (training/adaptive/batch_control.py), or None: under --batch_policy=adaptive it
   chooses K and, under --compression=auto, the exchange too; under auto alone, the exchange at the
   fixed K. agree(value) -> rank 0's value on every rank (one broadcast a decision)."""
   compression = config.comm.compression

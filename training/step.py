@@ -48,7 +48,7 @@ SKETCH_EVERY = 4  # compressed steps: the mean gradient's norm is sketched every
 
 
 def noise_sizes(ranks: int, batch: int, accumulation_steps: int) -> tuple[str, int, int] | None:
-  """(kind, B_small, B_big) of the gradient noise scale's two gradients (training/noise_scale.py),
+  """(kind, B_small, B_big) of the gradient noise scale's two gradients (training/adaptive/noise_scale.py),
   or None when one rank without accumulation has one gradient only (pure).
 
   With ranks: each rank's own gradient (its K micro-batches) against the exchanged mean (the
@@ -84,7 +84,7 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
   images: (K * batch, H, W, C) in the model's compute dtype, K =
   accumulation_steps micro-batches of `batch` one after the other; labels:
   (K * batch,) int32; lr: float32 scalar assigned to the optimizer before the
-  update; stop: int32 scalar, this rank's stop request (training/signals.py,
+  update; stop: int32 scalar, this rank's stop request (training/ending/signals.py,
   0: none). Returns loss: this rank's mean loss over the K micro-batches
   (float32); correct: this rank's top-1 hits over all K * batch; finite:
   whether every rank's losses and the exchanged gradients were finite, so the
@@ -244,7 +244,7 @@ def make_gradients(model, loss_scale, num_classes: int, label_smoothing: float, 
 def time_exchange(exchange, variables, repeats: int = 3) -> float:
   """Seconds of one exchange of gradients shaped as `variables`, alone: the median of `repeats`
   after a first (traced) one. A collective: every rank calls it. The batch controller's prior for
-  the exchange before it has seen two batches (training/batch_control.py)."""
+  the exchange before it has seen two batches (training/adaptive/batch_control.py)."""
   zeros = [tf.zeros(v.shape, v.dtype) for v in variables]
   run = tf.function(lambda grads: tf.add_n([tf.reduce_sum(tf.cast(g, tf.float32)) for g in exchange(grads)]))
   run(zeros).numpy()
@@ -260,7 +260,7 @@ def time_compute(model, loss_scale, num_classes: int, micro_batch, repeats: int 
   """Seconds of one micro-batch's forward and backward alone (no exchange, no update): the median of
   `repeats` after a first (traced) one, on random images of micro_batch's spec (batch, H, W, C).
   Local work, no collective. The batch controller's prior for a micro-batch's cost from a world's
-  start (training/goodput.py): with none, its first world priced computing as free and jumped to
+  start (training/adaptive/goodput.py): with none, its first world priced computing as free and jumped to
   the largest batch over a slow link."""
   gradients = tf.function(make_gradients(model, loss_scale, num_classes, 0.0, 1, micro_norms=False))
   images = tf.random.normal(micro_batch.shape, dtype=micro_batch.dtype)

@@ -11,7 +11,7 @@ the layer's step, |t(U) (U + wd w)| / |t(G) (G + wd w)|, the factor by which its
 One process, no Horovod, and the same numbers as the 2 ranks': the mean gradient is the mean of
 the two halves' gradients (each half its own BatchNorm batch, as each rank's), and an update
 depends on the residuals only through their mean (comm/powersgd.py), which is what a checkpoint
-holds (training/saving.py averages them before each save). One PowerSGD step per batch, each
+holds (training/persist/saving.py averages them before each save). One PowerSGD step per batch, each
 from the checkpoint's state, nothing applied. Images as the recipe's pipeline gives them
 (plain_image: normalised, not flipped or cropped).
 """
@@ -27,7 +27,7 @@ from flags.config import CommConfig, OptimConfig
 from input import fashion_mnist, preprocessing
 from models import build_model
 from optimizers import build_optimizer, precision
-from training import checkpoints
+from training.persist import checkpoints
 from training.step import make_gradients
 
 BATCHES = 8   # per checkpoint; each a step's 1,024 images in the 2 ranks' halves

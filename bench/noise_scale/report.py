@@ -7,7 +7,7 @@ import os
 import statistics
 
 from bench.noise_scale import study
-from training import noise_scale
+from training.adaptive import noise_scale
 
 # B_simple's moving average (decay 0.99 a step, a window of ~100 steps) gives the value at the
 # target only in a run four windows long (0.99^400: 2% of the weight left on the steps before);

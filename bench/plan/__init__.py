@@ -8,7 +8,7 @@ a target soonest, and at what cost, read before a job is launched.
   python -m bench.plan --summary=S --cost_model=2645,0.707,3741,0.0696 --ranks_per_node=2
   python -m bench.plan --summary=S --measured=128:1.25,4096:7.51 --speeds=128:321.4,4096:654.4 --max_epochs=12
 
-One model with the batch controller (training/goodput.py): the steps to the target by AdaScale's
+One model with the batch controller (training/adaptive/goodput.py): the steps to the target by AdaScale's
 clock, S(B) = S(B0) / r(B), which is McCandlish et al.'s E(B) = E_min (1 + B / B_crit) (2018)
 normalised at the run's batch B0; B_crit = --ratio x B_simple through the run's point, or, given
 --measured epochs at other batches, fitted to them (training/noise_scale.fit_tradeoff), each

@@ -4,7 +4,7 @@ al.'s trade-off normalised at the run's batch), an update's time as a goodput.St
 part, one rank's per-update overhead plus what the exchange leaves exposed, and K micro-batches)."""
 import dataclasses
 
-from training import goodput, noise_scale
+from training.adaptive import goodput, noise_scale
 
 from bench.plan import exchange
 from bench.plan.workload import Workload

@@ -4,7 +4,7 @@ import dataclasses
 
 import numpy as np
 
-from training import noise_scale
+from training.adaptive import noise_scale
 
 WITHIN = 1.5  # issue 24's target: predicted epochs within 1.5x of the measured at every batch
 

@@ -4,7 +4,7 @@ import math
 import pytest
 
 from bench.noise_scale import __main__ as main_module, cost, report, study
-from training import noise_scale
+from training.adaptive import noise_scale
 
 
 @pytest.mark.parametrize("batch, want", [

@@ -8,7 +8,7 @@ import pytest
 from bench.plan import __main__ as cli
 from bench.plan import exchange, predict, report, workload as workloads
 from bench.plan.predict import Point
-from training import goodput
+from training.adaptive import goodput
 
 # train.py's summary.json keys the planner reads, as results/time_to_accuracy.json's (a) seed 0 ran.
 SUMMARY = {"status": "reached", "images_per_sec": 374.3, "ranks": 2, "global_batch": 64, "per_rank_batch": 32,

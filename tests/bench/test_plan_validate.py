@@ -2,7 +2,7 @@
 import pytest
 
 from bench.plan import validate
-from training import noise_scale
+from training.adaptive import noise_scale
 
 # make noise-scale's seven batches (results/noise_scale.md): global batch, steps to 0.85.
 STUDY = [(64, 819), (128, 584), (256, 263), (512, 162), (1024, 144), (2048, 202), (4096, 110)]

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from comm import sketch
-from training.noise_scale import NoiseScale
+from training.adaptive.noise_scale import NoiseScale
 
 
 def ranks_gradients(ranks=4, seed=0, noise=1.0):

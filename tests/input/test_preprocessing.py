@@ -92,7 +92,7 @@ def test_looks_complete(jpegs):
 
 @pytest.mark.parametrize("height, width", [(300, 400), (257, 256), (64, 48)])
 def test_portable_eval_image_equals_the_kernels_up_to_rounding(height, width):
-  # The SavedModel's preprocessing (training/export.py) is TensorFlow's own resize + normalise.
+  # The SavedModel's preprocessing (training/persist/export.py) is TensorFlow's own resize + normalise.
   rng = np.random.default_rng(height)
   pixels = np.cumsum(rng.integers(0, 9, (height, width, 3)), axis=1).astype(np.uint8)  # smooth ramps
   encoded = tf.io.encode_jpeg(pixels)

@@ -15,7 +15,7 @@ import pytest
 
 from bench.launches import Job, newest_checkpoint
 from conftest import MODEL, NO_GRACE
-from training import outcome
+from training.ending import outcome
 
 pytestmark = pytest.mark.multiprocess
 

@@ -62,7 +62,7 @@ def test_a_short_run_lowers_the_loss_and_every_rank_stops_at_the_same_evaluation
   assert tops[-1] >= 0.85 and all(t < 0.85 for t in tops[:-1]), tops  # the first evaluation that reached it
   assert re.search(rf"target reached: --target_top1=0.85 at step {step} \(epoch", proc.stderr), proc.stderr[-2000:]
   assert json.load(open(tmp_path / "summary.json")) == summary
-  # --export=false: no SavedModel (training/export.py's round trip is test_export.py's).
+  # --export=false: no SavedModel (training/persist/export.py's round trip is test_export.py's).
   assert os.path.exists(tmp_path / f"ckpt-{step}.index") and not os.path.exists(tmp_path / "export")
   assert "export" not in summary
   # The noise scale: each rank's gradient (32 images) against the exchanged mean (64).

@@ -8,10 +8,11 @@ import pytest
 
 from optimizers import adascale
 from test_loop import Data, Recorder
-from training import course, loop, outcome
+from training import course, loop
+from training.ending import outcome
 from training.elastic import Position
 from training.loop import Loop, Policy
-from training.noise_scale import NoiseScale
+from training.adaptive.noise_scale import NoiseScale
 from training.step import StepOut
 
 ONE = types.SimpleNamespace(size=1)
@@ -82,7 +83,7 @@ def test_an_fp16_step_skipped_for_an_overflow_does_not_move_the_clock():
 def through_a_checkpoint(directory, step, position):
   """The position a resumed run reads: saved inside checkpoint `step` and restored in another saver."""
   import tensorflow as tf
-  from training.saving import Saver
+  from training.persist.saving import Saver
   savers = [Saver(tf.train.Checkpoint(step=tf.Variable(0)), str(directory), 3, lambda *a: None, []) for _ in "ab"]
   savers[0].writer()
   assert savers[0].save(step, position=position)

@@ -1,12 +1,12 @@
-"""training/batch_control.py: the adaptive policy's controller of (K, c), on a fake clock and a fake
+"""training/adaptive/batch_control.py: the adaptive policy's controller of (K, c), on a fake clock and a fake
 noise scale, through the loop's hooks: what it times, when it decides, what it chooses and says,
 and that it settles where the true update time says it should."""
 import pytest
 
 from optimizers import adascale
-from training import batch_control, goodput
-from training.batch_control import Controller
-from training.goodput import Prior
+from training.adaptive import batch_control, goodput
+from training.adaptive.batch_control import Controller
+from training.adaptive.goodput import Prior
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""training/checkpoints.py: restarts past damaged checkpoints, atomic saves, one-sentence errors."""
+"""training/persist/checkpoints.py: restarts past damaged checkpoints, atomic saves, one-sentence errors."""
 import os
 import random
 import re
@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO, _env
-from training.checkpoints import CheckpointError, Checkpoints, NonFiniteWeights, damaged_name, short_reason
+from training.persist.checkpoints import CheckpointError, Checkpoints, NonFiniteWeights, damaged_name, short_reason
 
 DATA = "data-00000-of-00001"
 
@@ -287,7 +287,7 @@ def test_a_file_in_place_of_the_directory_is_one_sentence(tmp_path):
 SAVER = """
 import sys
 import tensorflow as tf
-from training.checkpoints import Checkpoints
+from training.persist.checkpoints import Checkpoints
 directory, done = sys.argv[1:]
 weights = tf.Variable(tf.zeros([4 * 1024 * 1024]))
 checkpoints = Checkpoints(tf.train.Checkpoint(weights=weights), directory, 2, lambda *a: None)

@@ -214,8 +214,8 @@ def test_under_the_adaptive_policy_a_resumed_run_keeps_tau_and_goes_on_near_its_
   # 20 updates at K = 4 on 2 ranks (global batch 256) with gains of 3: the checkpoint's position has
   # tau 60 and the global batch; resumed with --accumulation_steps=1, the run says where it goes on
   # and its controller starts at the K of that batch (training/batch_control.Controller.start_k).
-  from training import goodput
-  from training.batch_control import Controller
+  from training.adaptive import goodput
+  from training.adaptive.batch_control import Controller
   p = Position()
   for _ in range(20):
     p = p.after_step(2, 128, 256, readers=1, tau=3.0)

@@ -3,7 +3,8 @@ import pytest
 import tensorflow as tf
 
 from flags.config import EvalConfig
-from training import evaluation, outcome
+from training import evaluation
+from training.ending import outcome
 
 
 @pytest.mark.parametrize("batches, want", [

@@ -1,4 +1,4 @@
-"""training/export.py: the SavedModel of a real run, loaded in a fresh process that never
+"""training/persist/export.py: the SavedModel of a real run, loaded in a fresh process that never
 loaded the project's kernel, gets the run's own held-out top-1 from encoded images."""
 import json
 import os
@@ -47,7 +47,7 @@ def test_a_failed_export_is_one_sentence_in_the_summary_not_a_traceback(tmp_path
   import keras
   from flags.config import Source
   from input.datasets import DIGITS
-  from training import export
+  from training.persist import export
   model = keras.Sequential([keras.Input(DIGITS.image_shape), keras.layers.Flatten(), keras.layers.Dense(10)])
   (tmp_path / "run").write_text("a file where the run's directory should be")
   config = types.SimpleNamespace(data=types.SimpleNamespace(source=Source.DIGITS),
@@ -61,7 +61,7 @@ def test_a_failed_export_is_one_sentence_in_the_summary_not_a_traceback(tmp_path
 
 
 def test_what_a_killed_export_left_is_removed_at_the_next_start(tmp_path):
-  from training import export
+  from training.persist import export
   dead = tmp_path / "export.tmp-999999999"  # beyond pid_max: no process has it
   (dead / "variables").mkdir(parents=True)
   live = tmp_path / f"export.tmp-{os.getpid()}"  # a process still exporting: not ours to remove
@@ -77,7 +77,7 @@ def test_what_a_killed_export_left_is_removed_at_the_next_start(tmp_path):
 
 def test_a_stop_during_the_export_abandons_it_and_an_export_left_alone_ends():
   import threading
-  from training import export
+  from training.persist import export
   never = threading.Event()  # an export that does not end while the test runs (ResNet-50's take minutes)
   polls = []
   assert export.unless_stopped(lambda: never.wait(60) or {"export": "x"}, lambda: polls.append(1) or len(polls) > 2,

@@ -1,12 +1,12 @@
-"""training/goodput.py: the step-time model fitted to update times, goodput against its
+"""training/adaptive/goodput.py: the step-time model fitted to update times, goodput against its
 definition; the joint model of K and compression (the prior, the fit, the model) and choose()
 against fake models: which pair it picks, when it stays, and when it will not go back."""
 import pytest
 
 from optimizers import adascale
-from training import goodput
-from training.goodput import Model, Prior, StepTime
-from training.noise_scale import NoiseScale
+from training.adaptive import goodput
+from training.adaptive.goodput import Model, Prior, StepTime
+from training.adaptive.noise_scale import NoiseScale
 
 
 @pytest.mark.parametrize("times, exchange, want", [

@@ -5,7 +5,8 @@ import types
 
 import pytest
 
-from training import course, evaluation, loop, outcome, report
+from training import course, evaluation, loop
+from training.ending import outcome, report
 from input.sharding import Generation
 from training.elastic import Position
 from training.evaluation import HeldOut

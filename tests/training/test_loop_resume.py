@@ -5,7 +5,8 @@ import dataclasses
 
 from input.sharding import Generation
 from test_loop import ONE, UNIT, Run, steps
-from training import course, loop, outcome
+from training import course, loop
+from training.ending import outcome
 from training.loop import Policy
 
 

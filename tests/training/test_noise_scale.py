@@ -1,11 +1,11 @@
-"""training/noise_scale.py: the two-size estimators against per-example gradients of known mean and
+"""training/adaptive/noise_scale.py: the two-size estimators against per-example gradients of known mean and
 covariance, the bias-corrected moving averages step by step, and the steps/examples fit."""
 import math
 
 import numpy as np
 import pytest
 
-from training import noise_scale as ns
+from training.adaptive import noise_scale as ns
 
 
 # E|g_B|^2 = |G|^2 + tr(Sigma) / B: each row's two norms are exact for its |G|^2 and tr(Sigma).

@@ -1,8 +1,8 @@
-"""training/outcome.py: the run's verdict after a step, as a table."""
+"""training/ending/outcome.py: the run's verdict after a step, as a table."""
 import pytest
 
-from training import outcome
-from training.outcome import DIVERGED, OK, STOPPED, TARGET_REACHED
+from training.ending import outcome
+from training.ending.outcome import DIVERGED, OK, STOPPED, TARGET_REACHED
 
 
 @pytest.mark.parametrize("finite, stop, skipped, fp16, want", [

@@ -1,11 +1,12 @@
-"""training/report.py: the stop and divergence sentences as tables (test_faults, test_slurm and
+"""training/ending/report.py: the stop and divergence sentences as tables (test_faults, test_slurm and
 make faults parse them), and the line a run ends with."""
 import dataclasses
 import types
 
 import pytest
 
-from training import loop, outcome, report
+from training import loop
+from training.ending import outcome, report
 from training.evaluation import HeldOut
 
 

@@ -1,4 +1,4 @@
-"""training/saving.py: the one save path (the loop's checkpoints and the elastic commit's), on a
+"""training/persist/saving.py: the one save path (the loop's checkpoints and the elastic commit's), on a
 real tf.train.Checkpoint in one process; any_rank stands in for the other ranks' answer."""
 import os
 
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training import checkpoints
+from training.persist import checkpoints
 from training.elastic import Position
-from training.saving import Saver
+from training.persist.saving import Saver
 
 
 def run_state():

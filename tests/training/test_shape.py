@@ -31,9 +31,9 @@ from optimizers import schedules
 from training import course as course_lib, loop, modes, shape
 from training.elastic import Position
 from training.evaluation import HeldOut
-from training.saving import Saver
+from training.persist.saving import Saver
 from training.step import StepOut
-from training.watchdog import Watchdog
+from training.ending.watchdog import Watchdog
 
 PER_RANK, B0, STEPS = 100, 100, 14  # 2 ranks: global batch 200, 7 steps an epoch (3 at K = 2): epochs end often
 AT = (4, 9)  # the steps the pair's two transitions come after

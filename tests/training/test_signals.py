@@ -1,4 +1,4 @@
-"""training/signals.py on real processes: a stop signal is a request, a second one ends the
+"""training/ending/signals.py on real processes: a stop signal is a request, a second one ends the
 process, and a vanished launcher is a request too."""
 import os
 import signal
@@ -10,13 +10,13 @@ import time
 import pytest
 
 from conftest import REPO, _env
-from training import signals
+from training.ending import signals
 
 
 CHILD = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, {repo!r})
-    from training import signals
+    from training.ending import signals
     request = signals.StopRequest(poll_seconds=0.1)
     request.install()
     open({ready!r}, "w").close()

@@ -1,4 +1,4 @@
-"""training/watchdog.py: the stall limit, a peer explaining a wait and the culprits as tables; the
+"""training/ending/watchdog.py: the stall limit, a peer explaining a wait and the culprits as tables; the
 Watchdog driven by a hand-moved clock; the thread ending a hung process with one line."""
 import io
 import json
@@ -12,7 +12,7 @@ from unittest import mock
 import pytest
 
 from conftest import REPO, _env
-from training import outcome, watchdog
+from training.ending import outcome, watchdog
 
 
 class Clock:
@@ -221,7 +221,7 @@ def test_culprits(beats, own_step, want):
 WATCHED = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {repo!r})
-    from training import watchdog
+    from training.ending import watchdog
     watchdog.STARTUP_SECONDS = 0.5
     dog = watchdog.Watchdog(rank=0, size={size}, floor_seconds={floor}, directory={beats!r},
                             newest_checkpoint=lambda: "runs/x/ckpt-40")

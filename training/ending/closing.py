@@ -3,7 +3,7 @@
 checkpoint (evaluate_checkpoint). Every rank calls these; rank 0 alone writes and prints.
 
 What ends before: the stop/divergence/target sentences and summary.json's keys are
-training/report.py's (pure); the SavedModel is training/export.py's.
+training/ending/report.py's (pure); the SavedModel is training/persist/export.py's.
 """
 import json
 import os
@@ -13,8 +13,10 @@ from absl import logging
 
 from comm import sync
 from progress import emit, eval_line, write_json_atomic
-from training import course as course_lib, evaluation, export, ledger as ledger_lib, loop as loop_lib, outcome
-from training import report, signals
+from training import course as course_lib, evaluation, ledger as ledger_lib, loop as loop_lib
+from training.persist import export
+from training.ending import outcome
+from training.ending import report, signals
 
 
 def finish(hvd, result, parts, replicated, mode, info, compression, resumed_step: int = 0) -> None:
@@ -51,7 +53,7 @@ def finish(hvd, result, parts, replicated, mode, info, compression, resumed_step
   if world.is_chief:
     write_json_atomic(os.path.join(config.run.model_dir, "summary.json"), summary)
   # A model users can serve: rank 0's weights and statistics (identical everywhere) with the evaluation
-  # preprocessing inside (training/export.py); not for a stopped or diverged run.
+  # preprocessing inside (training/persist/export.py); not for a stopped or diverged run.
   if world.is_chief and config.run.export and ending.status in (outcome.OK, outcome.TARGET_REACHED):
     summary.update(p.ledger.during("export", serve))
   if world.is_chief:  # summary.json again with the export's key and the whole time, the last lines, the JSON line
@@ -65,7 +67,7 @@ def finish(hvd, result, parts, replicated, mode, info, compression, resumed_step
 
 
 def export_or_stop(model, info, config, mode, saver, watchdog, stop_request) -> dict:
-  """Rank 0's SavedModel (training/export.py): summary.json's export keys; a stop requested during it
+  """Rank 0's SavedModel (training/persist/export.py): summary.json's export keys; a stop requested during it
   ends the process at once with exit 75, summary.json and the checkpoint already written: the same
   command (a run that has ended) exports again."""
   watchdog.mark("export")  # tracing the serving function: first-time work, the start-up allowance

@@ -16,7 +16,7 @@ is: a larger B costs time, never a retrace) and c the gradients' compression ('n
 (the forward and backward of K micro-batches, then one exchange at c and one update:
 training/step.py). The planner (bench/plan) predicts with the one-compression form, StepTime,
 fit_step_time and goodput; the batch controller (--batch_policy=adaptive,
-training/batch_control.py) decides with the joint one: a Prior measured when a world begins,
+training/adaptive/batch_control.py) decides with the joint one: a Prior measured when a world begins,
 fit_micro and step_model from the update times, and choose().
 
 choose() moves only when the predicted goodput is better by more than `threshold` (Pollux: 5%),
@@ -37,7 +37,7 @@ COMPRESSIONS = ("none", "powersgd")
 # the whole backward pass (training/step.py's order), and so does the plain one in the adaptive step,
 # whose K micro-batches are a tf.while_loop whose gradients exist only when it ends: OVERLAP_RANGE,
 # from none to the half measured, is where the truth may be, so a choice of c that holds over all
-# of it is taken on the prior, and one that does not is tried first (training/batch_control.py).
+# of it is taken on the prior, and one that does not is tried first (training/adaptive/batch_control.py).
 OVERLAP = 1 / 3
 OVERLAP_RANGE = (0.0, 0.5)
 # Going back towards the pair last left needs BACK x the threshold. A move was predicted to gain

@@ -7,7 +7,8 @@ import os
 import sys
 
 from progress import emit, write_json_atomic
-from training import evaluation, loop, outcome, signals
+from training import evaluation, loop
+from training.ending import outcome, signals
 
 PEER_GRACE_SECONDS = 3  # see peer_lost
 

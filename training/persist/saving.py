@@ -3,14 +3,14 @@ are finite, rank 0 writes (once per step), the position in the data inside the c
 each completed evaluation's figures beside it (eval-N.json).
 
 The position lives in the checkpoint (a string variable holding its JSON), so the two are one
-file set that appears at once (training/checkpoints.py: the index last). It was position-N.json,
+file set that appears at once (training/persist/checkpoints.py: the index last). It was position-N.json,
 written just before its checkpoint: an elastic rollback that wrote checkpoint N again left the new
 world's position-N.json beside the old world's ckpt-N for the whole write, and a kill then paired
 them. Checkpoints from before keep theirs in that file, which is still read.
 
 The loop's checkpoints (training/loop.py) and the elastic commit kept before a world
 re-forms (training/modes.py) both come here; finiteness is judged once, here, not again
-by training/checkpoints.py.
+by training/persist/checkpoints.py.
 """
 import dataclasses
 import glob
@@ -22,7 +22,8 @@ import tensorflow as tf
 
 from optimizers import precision
 from progress import write_json_atomic
-from training import checkpoints, elastic
+from training import elastic
+from training.persist import checkpoints
 
 
 class Saver:

@@ -4,10 +4,10 @@ accumulation steps K and the gradients' compression c.
 Every --batch_decide_every updates, and when a world begins, the controller picks the pair (K, c)
 (K micro-batches per rank per update, the micro-batch, BatchNorm's batch, never changing; c one of
 the compressions this run may choose) that makes the most base-batch progress a second,
-goodput(K, c) = r(B_K) / t(K, c) (training/goodput.py):
+goodput(K, c) = r(B_K) / t(K, c) (training/adaptive/goodput.py):
 
   r(B_K)     AdaScale's gain at the global batch B_K = K x micro-batch x ranks, from the live noise
-             scale (training/noise_scale.py), the LR rule that follows any batch (optimizers/adascale.py);
+             scale (training/adaptive/noise_scale.py), the LR rule that follows any batch (optimizers/adascale.py);
   t(K, c)    K x micro + h_c seconds an update. micro: fitted to this world's update times at two or
              more K (goodput.fit_micro); with one K timed, the last fit's, kept with its age, in this
              world or an earlier one (a rank's compute does not change with the world); before any
@@ -47,7 +47,7 @@ import contextlib
 import dataclasses
 import time
 
-from training import goodput
+from training.adaptive import goodput
 from training.loop import Hook, due
 
 WARMUP = 2   # updates of each stretch not timed: a new K's first steps fill the input pipeline

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from flags.config import DatasetInfo, Source
 from input import preprocessing
-from training import checkpoints
+from training.persist import checkpoints
 
 EXPORT_DIR = "export"  # under --model_dir
 

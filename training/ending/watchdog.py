@@ -62,7 +62,7 @@ import sys
 import threading
 import time
 
-from training import outcome
+from training.ending import outcome
 
 HEARTBEAT_SECONDS = 2.0
 WAKE_SECONDS = 0.5       # the thread's period
