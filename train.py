@@ -13,6 +13,7 @@ preemption. Rank 0 alone logs and writes (checkpoints, TensorBoard, summary.json
 it changes (worlds, the batch, the compression): training/shape.py.
 """
 import dataclasses
+import functools
 import os
 import sys
 import time
@@ -23,7 +24,6 @@ START = time.time()
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import horovod.tensorflow as hvd  # noqa: E402
-import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from absl import app, logging  # noqa: E402
 from absl import flags as absl_flags  # noqa: E402
@@ -31,12 +31,10 @@ from absl import flags as absl_flags  # noqa: E402
 from flags import train_flags as flags  # noqa: E402  (define_flags, build_config, ...)
 import comm  # noqa: E402
 from comm import sync  # noqa: E402
-from comm.exchange import choose_auto, make_compression  # noqa: E402
-from input import pipeline  # noqa: E402
-from models import build_model  # noqa: E402
-from optimizers import build_optimizer, precision  # noqa: E402
+from comm.exchange import make_compression  # noqa: E402
 from progress import emit, write_json_atomic  # noqa: E402
-from training import evaluation, ledger as ledger_lib, loop, modes, shape, step as step_lib  # noqa: E402
+from training import assembly, evaluation, ledger as ledger_lib, loop, modes, shape, state as state_lib  # noqa: E402
+from training import step as step_lib  # noqa: E402
 from training.adaptive import noise_scale  # noqa: E402
 from training.ending import closing, outcome, report, signals, watchdog as watchdog_lib  # noqa: E402
 from training.persist import checkpoints, export, saving  # noqa: E402
@@ -66,61 +64,52 @@ def main(argv):
 
 
 def train(stop_request: signals.StopRequest):
-  """The run, section by section below: every rank runs the same sequence. The time ledger charges
-  each section to its part of summary.json's time block (training/ledger.py)."""
+  """The run, section by section: every rank runs the same sequence. The time ledger charges each
+  section to its part of summary.json's time block (training/ledger.py)."""
   ledger = ledger_lib.Ledger(start=START, part="startup.imports")
   world, config, mode, scanned, watchdog = setup(stop_request, ledger)
+  # ----------------------------------------------------------------- input --
   ledger.enter("startup.input")
-  log, dtype = mode.log, keras.mixed_precision.Policy(precision.POLICIES[config.optim.precision]).compute_dtype
-  input_for = lambda config, world: pipeline.build(  # noqa: E731  (images in the compute dtype: half the bytes in bf16)
-      config.data, world, config.run.seed, dtype=dtype, scanned=scanned, elastic=mode.elastic_input)
+  input_for = assembly.InputFor.of(config, scanned, mode.elastic_input)
   data = input_for(config, world)
+  # ------------------------------------------- model, optimizer, exchange --
   ledger.enter("startup.model")
-  model, optimizer, loss_scale = model_and_optimizer(config, data.info, log)
+  model, optimizer, loss_scale = assembly.model_and_optimizer(config, data.info, mode.log)
+  collectives = assembly.Collectives(hvd, model)
   # PowerSGD's state (checkpointed, broadcast, committed); auto's choice from a probe and agreed encode times.
-  compression = make_compression(hvd, config.comm, world, model.trainable_variables, config.run.seed, log,
+  compression = make_compression(hvd, config.comm, world, model.trainable_variables, config.run.seed, mode.log,
                                  choose=not config.faults.elastic)  # --elastic: each world chooses (shape.py)
   powersgd = compression.powersgd
-  ledger.enter("startup.restore")  # and the broadcast of the state (mode.start)
-  step_var, saver = restore(config, world, mode, model, optimizer, loss_scale, powersgd, data)
+  # -------------------------------------------- state, restored or started --
+  ledger.enter("startup.restore")  # and the state shared from rank 0 (mode.start)
+  step_var, saver, position = restore(config, world, mode, model, optimizer, loss_scale, collectives, powersgd, data)
   replicated = model.variables + optimizer.variables + [step_var]  # alike on every rank (BatchNorm's once agreed)
-  state = replicated + list(powersgd.variables if powersgd else [])  # what the ranks start from and commit
-  mode.start(state)
+  run_state = state_lib.RunState(hvd, replicated + list(powersgd.variables if powersgd else []) +
+                                 [loss_scale.scale, loss_scale.good_steps], position)
+  mode.start(run_state)
   resumed = int(step_var)  # a restart's time block counts from its own start (training/ledger.py)
-  config = pinned(config, world, mode.position.base_batch)  # AdaScale's base batch, as pinned, on every rank
-  watchdog.progress(int(step_var), "setup", timed=False)
-  # Horovod: the evaluation's sums in one allreduce over ranks, and a stop agreed before each batch.
-  evaluator = evaluation.over_ranks(hvd, step_lib.make_eval_step(model), lambda: stop_request.code)
+  config = pinned(config, world, run_state.position.base_batch)  # AdaScale's base batch, as pinned, on every rank
+  watchdog.progress(resumed, "setup", timed=False)
+  evaluator = evaluation.over_ranks(hvd, step_lib.make_eval_step(model), stop_request.asked)
   if config.run.eval_only:  # --eval_only: the checkpoint's held-out metrics, nothing trained or written
-    return closing.evaluate_checkpoint(hvd, config, world, mode, data, evaluator(data), saver, int(step_var),
-                                      watchdog, stop_request, ledger)
+    return closing.evaluate_checkpoint(hvd, config, world, mode, data, evaluator(data), saver, run_state.position,
+                                       watchdog, stop_request, ledger)
+  # --------------------------------------------------------------- the run --
   noise = noise_scale.NoiseScale() if config.run.noise_scale else None  # B_simple, smoothed over steps and worlds
   parts = shape.Parts(
-      hvd, model, optimizer, loss_scale, compression, saver, step_var, watchdog, stop_request, noise,
-      shape.controller_for(config, noise, log, agree=lambda v: hvd.broadcast_object(v, root_rank=0, name="choice")),
-      # Horovod: BatchNorm's moving statistics averaged over ranks (one small grouped allreduce) before each
-      # evaluation, save, commit and the export: what is measured, saved and served is one model.
-      evaluator, agree=lambda: sync.average_statistics(hvd, sync.statistics_of(model)), input_for=input_for, log=log,
-      clock=lambda: time.time() - START, use_powersgd=tf.Variable(False, trainable=False) if powersgd else None,
-      rechoose=(lambda w: choose_auto(parts.compression, hvd, w, model.trainable_variables, log))
-      if config.comm.compression == "auto" else None, ledger=ledger)
-  worlds = []  # --elastic: the loop runs once per world (training/modes.py), the shape's transitions in each
-
-  def run_world(world, config, data, course):
-    worlds.append(world)
-    return shape.Run(parts, world, config, data, course, later=len(worlds) > 1).train()
-
-  def rebuild(world, position, later):  # --elastic: a new world's config (the global batch follows the policy)
-    new = flags.build_config(FLAGS, world, base_batch=position.base_batch, later_world=later)
-    return new, input_for(new, world)
-
+      hvd=hvd, model=model, optimizer=optimizer, loss_scale=loss_scale, compression=compression, saver=saver,
+      step_var=step_var, watchdog=watchdog, stop_request=stop_request, evaluator=evaluator, input_for=input_for,
+      noise=noise, controller=shape.controller_for(config, noise, mode.log, agree=collectives.decide), log=mode.log,
+      clock=ledger.wall, agree=collectives.average_statistics, ledger=ledger,
+      use_powersgd=tf.Variable(False, trainable=False) if powersgd else None,
+      rechoose=assembly.Rechoose.of(config, hvd, model, mode.log))
+  worlds = assembly.Worlds(parts, functools.partial(flags.build_config, FLAGS))
   try:
-    result = mode.run(run_world, config, data, int(step_var), saver=saver, rebuild=rebuild, watchdog=watchdog,
-                      variables=state + [loss_scale.scale, loss_scale.good_steps], ledger=ledger,
-                      # Horovod: PowerSGD's residuals averaged (a grouped allreduce) before each elastic commit.
-                      before_commit=lambda: powersgd and powersgd.average_residuals(saver.average))
+    result = mode.run(worlds.run_world, config, data, run_state, saver=saver, rebuild=worlds.rebuild, watchdog=watchdog,
+                      ledger=ledger, before_commit=assembly.BeforeCommit(powersgd, collectives.average_residuals))
   except (flags.ConfigError, checkpoints.CheckpointError, loop.NoProgress) as e:  # the checkpoints stay intact
     fail(str(e))
+  # --------------------------------------------------------------- the end --
   ledger.during("agree", parts.agree)  # a diverged run's too: the check below covers every variable
   closing.finish(hvd, result, parts, replicated, mode, data.info, parts.compression.summary, resumed_step=resumed)
 
@@ -150,9 +139,9 @@ def setup(stop_request, ledger):
   if problem:
     fail(problem)
   # A rank that stops making progress ends the job with a line naming it (training/ending/watchdog.py).
+  newest = functools.partial(checkpoints.newest, config.run.model_dir)
   watchdog = watchdog_lib.Watchdog.started(world, config.run.model_dir, config.faults.stall_timeout,
-                                           newest_checkpoint=lambda: checkpoints.newest(config.run.model_dir),
-                                           peers=mode.watch_peers)
+                                           newest_checkpoint=newest, peers=mode.watch_peers)
   mode.log("ranks %d (%d per node, %d nodes), %d threads per rank; batch %d per rank%s, global %d",
            world.size, world.local_size, world.cross_size, threads, config.data.batch_size,
            f" x {config.data.accumulation_steps} accumulation steps" if config.data.accumulation_steps > 1 else "",
@@ -161,39 +150,21 @@ def setup(stop_request, ledger):
   if stop := mode.prepare_input(config.data, stop_request.code):
     mode.log("%s", report.startup_stop_line(stop_request.reason, stop))
     watchdog.close()
-    signals.leave(outcome.STOPPED, together=lambda: sync.barrier(hvd, "exit"))
+    signals.leave(outcome.STOPPED, together=functools.partial(sync.barrier, hvd, "exit"))
   watchdog.progress(0, "setup", timed=False)
   return world, config, mode, scanned, watchdog
 
 
-# ------------------------------------------------------- model, optimizer --
-def model_and_optimizer(config, info, log):
-  """The network for the data's classes and image shape, its optimizer and the loss scale."""
-  keras.utils.set_random_seed(config.run.seed)
-  # Mixed precision (Jia et al.): bf16/fp16 layers, fp32 master weights, logits and BatchNorm statistics.
-  keras.mixed_precision.set_global_policy(precision.POLICIES[config.optim.precision])
-  model = build_model(config.model.name, info.num_classes, info.image_shape,
-                      zero_init_residual=config.model.zero_init_residual)
-  log("model %s: %s trainable parameters, precision %s", config.model.name,
-      f"{sum(int(tf.size(v)) for v in model.trainable_variables):,}", config.optim.precision)
-  if not tf.config.list_physical_devices("GPU") and (slow := precision.slow_on_cpu(config.optim.precision,
-                                                                                  precision.cpu_flags())):
-    log("warning: %s", slow)  # a choice the user may have made for a GPU or an AMX machine: said, not refused
-  optimizer = build_optimizer(config.optim, model.trainable_variables)
-  return model, optimizer, precision.for_precision(config.optim.precision)  # loss scale: identity unless fp16
-
-
 # ------------------------------------------------------------- checkpoint --
-def restore(config, world, mode, model, optimizer, loss_scale, powersgd, data):
-  """The step variable and the saver, after rank 0 restored the newest checkpoint (if any; the mode shares
-  it) and pinned AdaScale's base batch (training/persist/saving.py, training/persist/checkpoints.py: atomic, fault-proof)."""
+def restore(config, world, mode, model, optimizer, loss_scale, collectives, powersgd, data):
+  """The step variable, the saver and the position to start from, after rank 0 restored the newest
+  checkpoint (if any) and pinned AdaScale's base batch (training/persist/saving.py and checkpoints.py:
+  atomic, fault-proof); the other ranks' position is the initial one until the state is shared."""
   step_var, saver = saving.Saver.of_model(model, optimizer, config.run, mode.log, loss_scale=loss_scale,
-                                          any_rank=lambda flag: sync.any_rank(hvd, flag, "nonfinite_state"),
-                                          # Horovod: PowerSGD's residuals averaged (one grouped allreduce) before a save.
-                                          powersgd=powersgd, average=lambda tensors: hvd.grouped_allreduce(
-                                              tensors, op=hvd.Average, name="powersgd_residuals"))
+                                          any_rank=collectives.any_rank, powersgd=powersgd,
+                                          average=collectives.average_residuals)
   if not world.is_chief:
-    return step_var, saver
+    return step_var, saver, state_lib.Position()
   export.remove_leftovers(config.run.model_dir, mode.log)
   try:
     found = saver.writer().restore_newest() is not None
@@ -202,17 +173,16 @@ def restore(config, world, mode, model, optimizer, loss_scale, powersgd, data):
   except checkpoints.CheckpointError as e:
     fail(str(e))
   position = saver.restored_position(int(step_var)) if found else None
-  base = config.optim.adascale_base and ((position or mode.position).base_batch or  # pinned at the first world
+  base = config.optim.adascale_base and ((position and position.base_batch) or  # pinned at the first world
                                          flags.saved_base_batch(config.run.model_dir) or config.optim.base_batch)
   config = pinned(config, world, base)
+  position = dataclasses.replace(position, base_batch=base) if position else None
   if found:  # the line that says where it resumes, at the pinned clock
-    mode.restored(saver.newest, int(step_var), position and dataclasses.replace(position, base_batch=base), config,
-                  data)
-  mode.position = dataclasses.replace(mode.position, base_batch=base)
+    position = mode.restored(saver.newest, int(step_var), position, config, data)
   if not config.run.eval_only:  # --eval_only leaves the run's config.json as it is
     write_json_atomic(os.path.join(config.run.model_dir, flags.CONFIG_FILE),
                       {"identity": flags.checkpoint_identity(config), "config": config.to_json()})
-  return step_var, saver
+  return step_var, saver, dataclasses.replace(position or state_lib.Position(), base_batch=base)
 
 
 def pinned(config, world, base):

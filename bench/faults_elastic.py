@@ -312,19 +312,19 @@ def join_dies_kept(row: dict) -> dict:
 
 
 def resnet50_commit_seconds() -> dict:
-  """A commit (TrainingState.save: every variable copied to host memory) of ResNet-50 with SGD's
+  """A commit (RunState.save: every variable copied to host memory) of ResNet-50 with SGD's
   momentum, median of 5, in a process of its own (no Horovod world is needed to copy)."""
   code = (
       "import statistics, time, json\n"
       "import keras\n"
       "import horovod.tensorflow as hvd\n"
       "from models import build_model\n"
-      "from training.elastic import Position, TrainingState\n"
+      "from training.state import RunState\n"
       "model = build_model('resnet50', 1000, (224, 224, 3), zero_init_residual=True)\n"
       "opt = keras.optimizers.SGD(momentum=0.9)\n"
       "opt.build(model.trainable_variables)\n"
       "variables = model.variables + opt.variables\n"
-      "state = TrainingState(hvd, variables, Position())\n"
+      "state = RunState(hvd, variables)\n"
       "times = []\n"
       "for _ in range(5):\n"
       "  t = time.perf_counter(); state.save(); times.append(time.perf_counter() - t)\n"

@@ -2,7 +2,7 @@
 
 train.py's loop asks its course for the next batches, the step the LR schedule and the
 progress line are at, whether an evaluation or the end is due, and tells it of each step,
-each epoch's end and each checkpoint. Progress is training/elastic.Position: the epoch,
+each epoch's end and each checkpoint. Progress is training/state.Position: the epoch,
 the images and updates since the run began, and the epoch's generations (a stretch trained
 by one world: its ranks, batch and steps). A fixed run is the one-world case: its position
 holds one generation an epoch and the step alone would say where it is; resumed on another
@@ -25,6 +25,7 @@ import math
 import time
 
 from flags.config import RunConfig
+from training.state import RunState
 
 
 def whole(x: float) -> int:
@@ -34,30 +35,30 @@ def whole(x: float) -> int:
 
 
 class Course:
-  """A run in `world` at data_config's batch, whose Position lives in `holder.position` (a
-  TrainingState under --elastic, a plain Held otherwise). readers: the input's reading width,
+  """A run in `world` at data_config's batch, whose Position lives in `state.position` (the run's
+  training/state.RunState, which this course moves on). readers: the input's reading width,
   kept with each generation so a later world replays the order it read in; base_batch: AdaScale's
   B0 (0: the linear rule), num_train the training split's examples (AdaScale: its clock's epoch is
   num_train // B0 base-batch steps)."""
 
-  def __init__(self, holder, run: RunConfig, world, data_config, readers: int = 0, base_batch: int = 0,
+  def __init__(self, state, run: RunConfig, world, data_config, readers: int = 0, base_batch: int = 0,
                num_train: int = 0):
-    self.holder, self.run, self.world, self.data_config, self.readers = holder, run, world, data_config, readers
+    self.state, self.run, self.world, self.data_config, self.readers = state, run, world, data_config, readers
     self.base_batch = base_batch
     self.base_spe = max(1, num_train // base_batch) if base_batch else 0
 
   @property
   def position(self):
-    return self.holder.position
+    return self.state.position
 
   @property
   def step(self) -> int:
     """Updates applied since the run began (--max_steps and --checkpoint_every count these)."""
-    return self.holder.position.step
+    return self.state.position.step
 
   def epoch_images(self) -> int:
     """Images the epoch has trained, over its worlds and batches."""
-    p = self.holder.position
+    p = self.state.position
     return sum(g.size * g.step_batch * g.steps for g in p.history + ((p.current,) if p.current else ()))
 
   def into_epoch(self, steps_per_epoch: int) -> int:
@@ -75,8 +76,8 @@ class Course:
     """The LR schedule's and the progress line's step: epochs trained in this world's steps (AdaScale:
     tau, the base-batch steps the schedule has counted, a fraction)."""
     if self.base_batch:
-      return self.holder.position.tau
-    return self.holder.position.epoch * steps_per_epoch + self._steps_into(steps_per_epoch)
+      return self.state.position.tau
+    return self.state.position.epoch * steps_per_epoch + self._steps_into(steps_per_epoch)
 
   def per_epoch(self, steps_per_epoch: int) -> int:
     """The schedule's steps in an epoch: this world's (AdaScale: the base batch's, floor(N / B0))."""
@@ -87,7 +88,7 @@ class Course:
 
   def epoch_now(self, steps_per_epoch: int) -> int:
     """The epoch the next batches come from (epoch_ended moves it on)."""
-    return self.holder.position.epoch
+    return self.state.position.epoch
 
   def fresh_epoch(self) -> bool:
     """Nothing of the current epoch trained yet."""
@@ -111,7 +112,7 @@ class Course:
     """(epoch, this rank's batches of what the epoch has left). In one world the step within the
     epoch says where its batches start; after a world change the epoch's remainder is dealt
     again to this world (input/pipeline's elastic_plan: no example twice, none skipped)."""
-    p = self.holder.position
+    p = self.state.position
     count = self.run.max_steps - self.step if self.run.max_steps else None
     spe = data.steps_per_epoch
     if not self.base_batch:  # AdaScale's steps left are not known ahead: the loop asks finished()
@@ -127,7 +128,7 @@ class Course:
 
   def after_step(self, tau: float = 0.0) -> None:
     """tau: how far the step moved AdaScale's clock (its gain; 0 under the linear rule)."""
-    self.holder.position = self.holder.position.after_step(self.world.size, self.data_config.step_batch,
+    self.state.position = self.state.position.after_step(self.world.size, self.data_config.step_batch,
                                                            self.data_config.global_batch, self.readers, tau)
 
   def resized(self, data_config, readers: int = 0) -> None:
@@ -135,20 +136,20 @@ class Course:
     trained at the old step batch joins the epoch's history, and each rank reads on in its share
     at the new one (input/sharding.dealings); the epoch, the images and tau go on."""
     self.data_config, self.readers = data_config, readers
-    self.holder.position = self.holder.position.world_changed(continued=True)
+    self.state.position = self.state.position.world_changed(continued=True)
 
   def keep_noise(self, state: dict) -> None:
     """The noise scale's averages after a step (NoiseScale.state), checkpointed and committed with
     the position: a resumed run, and a rank that joins a world, start from them."""
-    self.holder.position = dataclasses.replace(self.holder.position, noise=state)
+    self.state.position = dataclasses.replace(self.state.position, noise=state)
 
   def evaluated(self, record: dict) -> None:
     """The evaluation at this step completed (training/loop.py's record): kept in the position, so a
     commit or checkpoint after it carries it and a resume does not repeat it."""
-    self.holder.position = dataclasses.replace(self.holder.position, evaluated=record)
+    self.state.position = dataclasses.replace(self.state.position, evaluated=record)
 
   def epoch_ended(self, epoch: int) -> None:
-    self.holder.position = self.holder.position.next_epoch()
+    self.state.position = self.state.position.next_epoch()
 
   def commit_due(self, step: int, force: bool = False) -> bool:
     """Whether commit(step, force) would commit: never in a fixed world."""
@@ -164,15 +165,8 @@ def epochs_as_trained(position, run: RunConfig, data_config, num_train: int, bas
   trained at then (another world's batch would read a mid-epoch position differently)."""
   batch = position.global_batch or data_config.global_batch
   then = dataclasses.replace(data_config, global_batch=batch)
-  return Course(Held(position), run, None, then, base_batch=base_batch, num_train=num_train).epochs(
+  return Course(RunState.at(position), run, None, then, base_batch=base_batch, num_train=num_train).epochs(
       max(1, num_train // batch))
-
-
-class Held:
-  """A fixed run's position holder (--elastic's is the TrainingState)."""
-
-  def __init__(self, position):
-    self.position = position
 
 
 class Elastic(Course):
@@ -183,7 +177,7 @@ class Elastic(Course):
   def __init__(self, state, commit_every: int, run: RunConfig, world, data_config, readers: int = 0,
                base_batch: int = 0, num_train: int = 0, before_commit=lambda: None):
     super().__init__(state, run, world, data_config, readers, base_batch, num_train)
-    self.state, self.commit_every, self.before_commit = state, commit_every, before_commit
+    self.commit_every, self.before_commit = commit_every, before_commit
     self.commit_seconds = []  # each commit's time (make faults reports the median)
 
   def commit_due(self, step: int, force: bool = False) -> bool:

@@ -32,6 +32,7 @@ from input import pipeline
 from progress import logger
 from input.sharding import Generation
 from training import course as course_lib, elastic
+from training.state import Position, RunState
 from training.persist import checkpoints
 
 
@@ -52,7 +53,6 @@ class Fixed:
   def __init__(self, hvd, world):
     self.hvd, self.world = hvd, world
     self.log = logger(lambda: self.world.is_chief)  # lines on rank 0 of the world of the moment
-    self.position = elastic.Position()  # rank 0's, once restored; start() (--elastic: the state's sync) sends it
 
   def launcher_problem(self) -> str | None:
     return None
@@ -72,17 +72,14 @@ class Fixed:
     pipeline.prepare(data_config, self.world)
     return sync.agreed_stop(self.hvd, stop_code, "input_ready")
 
-  def restored(self, newest: str, step: int, position, config, data) -> None:
+  def restored(self, newest: str, step: int, position, config, data) -> Position:
     """Rank 0 after restoring checkpoint `newest` at `step`, whose position is `position` (None: a
-    checkpoint written before positions were kept): the line that says where the run resumes and,
-    when the world or the batch changed, what that does."""
-    if position is None:  # written before positions were kept, by a run of this world (all it could know)
-      epoch, offset = divmod(step, data.steps_per_epoch)
-      current = Generation(self.world.size, config.data.step_batch, offset, getattr(data, "readers", 0))
-      position = elastic.Position(epoch=epoch, current=current if offset else None,
-                                  images=step * config.data.global_batch, step=step)
-    self.position = position
-    course = course_lib.Course(course_lib.Held(self._for_world(position, config, data)), config.run, self.world,
+    checkpoint written before positions were kept, read as a run of this world wrote it): the position,
+    and the line that says where the run resumes and, when the world or the batch changed, what that does."""
+    if position is None:
+      position = Position.legacy(step, data.steps_per_epoch, config.data.global_batch,
+                                 Generation(self.world.size, config.data.step_batch, 0, getattr(data, "readers", 0)))
+    course = course_lib.Course(RunState.at(self._for_world(position, config, data)), config.run, self.world,
                                config.data, base_batch=config.optim.adascale_base, num_train=data.info.num_train)
     spe = data.steps_per_epoch
     where = (f"resumed from {newest} at step {step}: epoch {course.epochs(spe):.2f}, {position.images:,} images "
@@ -101,6 +98,7 @@ class Fixed:
       if course.into_epoch(spe):
         where += "; the epoch's untrained examples are dealt to this world"
     self.log("%s", where)
+    return position
 
   def _for_world(self, position, config, data):
     """The position this world trains from: a checkpoint of another world's batch, or of another
@@ -112,17 +110,15 @@ class Fixed:
       return position.world_changed()
     return position
 
-  def start(self, variables) -> None:
-    # Horovod: identical initial weights, BN statistics, optimizer slots, step and position everywhere.
-    sync.broadcast_state(self.hvd, variables)
-    self.position = elastic.Position.from_json(
-        self.hvd.broadcast_object(self.position.to_json(), root_rank=0, name="position"))
+  def start(self, state: RunState) -> None:
+    """Every rank starts from rank 0's restored (or initial) state."""
+    state.share()
 
-  def run(self, run_world, config, data, step: int, *, variables, saver, rebuild, watchdog, ledger,
+  def run(self, run_world, config, data, state: RunState, *, saver, rebuild, watchdog, ledger,
           before_commit=lambda: None) -> WorldRun:
-    held = course_lib.Held(self._for_world(self.position, config, data))
+    state.position = self._for_world(state.position, config, data)
     return run_world(self.world, config, data,
-                     course_lib.Course(held, config.run, self.world, config.data, getattr(data, "readers", 0),
+                     course_lib.Course(state, config.run, self.world, config.data, getattr(data, "readers", 0),
                                        config.optim.adascale_base, data.info.num_train))
 
   def summary_keys(self) -> dict:
@@ -160,33 +156,32 @@ class Elastic(Fixed):
     pipeline.prepare(data_config, self.world, every_rank=True)
     return 0
 
-  def restored(self, newest: str, step: int, position, config, data) -> None:
-    """Rank 0 after restoring: a checkpoint of a run without positions starts its epoch again."""
+  def restored(self, newest: str, step: int, position, config, data) -> Position:
+    """Rank 0 after restoring: the position; a checkpoint of a run without positions starts its epoch again."""
     if position is None:
-      epoch, offset = divmod(step, data.steps_per_epoch)
-      if offset:
+      position = Position.legacy(step, data.steps_per_epoch)
+      if step % data.steps_per_epoch:
         self.log("checkpoint %d has no position (written before positions were kept): epoch %d starts again "
-                 "in this world", step, epoch)
-      position = elastic.Position(epoch=epoch, step=step)
-    self.position = position
+                 "in this world", step, position.epoch)
     self.log("resumed from %s at step %d: epoch %d, %s images trained", newest, step, position.epoch,
              f"{position.images:,}")
+    return position
 
-  def start(self, variables) -> None:
-    """The state's sync broadcasts them at the start of every world."""
+  def start(self, state: RunState) -> None:
+    """The state's sync shares it at the start of every world."""
 
-  def run(self, run_world, config, data, step: int, *, variables, saver, rebuild, watchdog, ledger,
+  def run(self, run_world, config, data, state: RunState, *, saver, rebuild, watchdog, ledger,
           before_commit=lambda: None) -> WorldRun:
-    """run_world once per world until the run ends. variables: what a commit keeps (weights,
-    slots, step, the fp16 loss scale: a rank that joins must scale as the others do);
+    """run_world once per world until the run ends, from the state's last commit (its variables: the
+    fp16 loss scale too, a rank that joins must scale as the others do);
     rebuild(world, position, later) -> (config, data) of a new world (the global batch may change;
     AdaScale's base batch is the position's, pinned at the run's first world; later: not the first);
     watchdog: told when a world re-forms (no limit) and when a new one begins (first-time work
     again); ledger: the time ledger, which charges a world change's parts (training/ledger.py);
     before_commit(): every rank, before each commit (PowerSGD's residuals averaged, so a new world
     starts from their mean, not rank 0's)."""
-    built = {(self.world, self.position.base_batch): (config, data)}  # the world's config and input, built once
-    state = elastic.TrainingState(self.hvd, variables, self.position)
+    built = {(self.world, state.position.base_batch): (config, data)}  # the world's config and input, built once
+    state.save()  # the first commit: what a world lost before any other rolls back to
 
     def one_world(state):
       ledger.enter("world_change.setup" if self.record["worlds"] else "startup.world")

@@ -52,7 +52,7 @@ class Parts:
   """What a run is made of, built once before its first world (train.py). use_powersgd: the variable
   the traced steps read to choose PowerSGD's exchange or the plain one (None: no PowerSGD);
   evaluator(data) -> the loop's evaluate; agree(): BatchNorm's statistics averaged over ranks;
-  input_for(config, world) -> this rank's input; rechoose(world) -> the compression for a new world
+  input_for(config, world) -> this rank's input; rechoose(world, current) -> the compression for a new world
   (--compression=auto under --elastic: comm.exchange.choose_auto), or None to keep start-up's;
   ledger: the run's time ledger (training/ledger.py)."""
   hvd: object
@@ -121,7 +121,7 @@ class Run:
     if p.noise:  # the estimates of the checkpoint or commit this world starts from, alike on every rank
       p.noise.restore(self.course.position.noise)
     if p.rechoose and (self.later or not p.compression.chosen):  # auto: this world's links, priced (collectives)
-      p.compression = p.rechoose(world)
+      p.compression = p.rechoose(world, p.compression)
     # hybrid probes the links here, unless --compression=auto did (its model is reused)
     self.exchange = exchange_lib.make_gradient_exchange(p.hvd, config.comm, world, p.log, model=p.compression.cost)
     self.started = int(p.step_var) >= config.comm.compression_start
@@ -260,7 +260,7 @@ class Run:
                           writer=p.writers.get("tb") if world.is_chief else None)
     loop = loop_lib.Loop(
         course, data, train_step, p.evaluator(data),
-        save=lambda s: p.saver.save(s, course.position), schedule=schedule, stop_code=lambda: p.stop_request.code,
+        save=lambda s: p.saver.save(s, course.position), schedule=schedule, stop_code=p.stop_request.asked,
         policy=loop_lib.Policy.of(config, self.eval_batch), clock=p.clock, gain=gain, resize=self.reshape,
         agree=p.ledger.timed("agree", p.agree), record=p.saver.record_evaluation,
         hooks=[timing, hooks.StepVariable(p.step_var), hooks.Watching(p.watchdog), *filter(None, [measuring]),

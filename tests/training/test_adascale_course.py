@@ -10,7 +10,7 @@ from optimizers import adascale
 from test_loop import Data, Recorder
 from training import course, loop
 from training.ending import outcome
-from training.elastic import Position
+from training.state import Position, RunState
 from training.loop import Loop, Policy
 from training.adaptive.noise_scale import NoiseScale
 from training.step import StepOut
@@ -29,7 +29,7 @@ class AdaRun:
   def __init__(self, noise, spe=4, epochs=2.0, max_steps=0, tau=0.0, nonfinite=(), policy=Policy()):
     self.noise, self.nonfinite, self.lrs, self.events = noise, set(nonfinite), [], []
     data_config = types.SimpleNamespace(step_batch=B, global_batch=B)
-    self.course = course.Course(course.Held(Position(tau=tau)), types.SimpleNamespace(epochs=epochs, max_steps=max_steps),
+    self.course = course.Course(RunState.at(Position(tau=tau)), types.SimpleNamespace(epochs=epochs, max_steps=max_steps),
                                 ONE, data_config, base_batch=B0, num_train=spe * B)
     self.gain = adascale.Gain(B0, B, lambda: self.noise(self.course.step))
     self.loop = Loop(self.course, Data(spe), self.step, self.evaluate, lambda step: True, schedule=lambda s: 0.5 + s,
@@ -107,7 +107,7 @@ def test_tau_and_the_noise_estimates_survive_the_checkpoint_and_the_run_goes_on_
   assert again.b_simple == noise.b_simple  # the same next estimate: every rank's gain alike
   # A run resumed from it reads the base batch's schedule at tau = 37.25.
   run = AdaRun(lambda u: 40.0, spe=100, epochs=1, max_steps=11, tau=back.tau)
-  run.course.holder.position = back
+  run.course.state.position = back
   run.run()
   assert run.lrs[0] == pytest.approx(gain_of(40.0) * (0.5 + 37.25))
 
@@ -121,13 +121,13 @@ def test_the_schedule_is_the_base_batchs_whatever_the_batch_and_a_change_of_batc
                                 decay_epochs=())
   ends = []
   for batch in (64, 2048, 4096):
-    c = course.Course(course.Held(Position(tau=0.0)), types.SimpleNamespace(epochs=1, max_steps=0), ONE,
+    c = course.Course(RunState.at(Position(tau=0.0)), types.SimpleNamespace(epochs=1, max_steps=0), ONE,
                       types.SimpleNamespace(step_batch=batch, global_batch=batch), base_batch=64, num_train=60000)
     spe = 60000 // batch
     assert c.per_epoch(spe) == 937 and c.last_step(spe) == 937
-    c.holder.position = Position(tau=936.9)
+    c.state.position = Position(tau=936.9)
     assert not c.finished(spe)
-    c.holder.position = Position(tau=937.0)
+    c.state.position = Position(tau=937.0)
     ends.append(c.finished(spe))
   assert ends == [True] * 3
   base = schedules.for_run(optim, 64, 1, 937)  # what train.py reads at tau, times r

@@ -7,8 +7,8 @@ import types
 import pytest
 
 from input.sharding import Generation
-from training import course, elastic, modes
-from training.elastic import Position
+from training import course, modes, state
+from training.state import Position, RunState
 
 
 def test_a_position_counts_steps_worlds_and_epochs():
@@ -29,7 +29,7 @@ def test_a_position_counts_steps_worlds_and_epochs():
 def test_a_position_of_another_worlds_batch_moves_on_one_step_a_step():
   # Requeued from 1 rank (global batch 32) at its odd step 71 onto 2 ranks (64): 35.5 steps of the new
   # batch are trained; rounded down, then one a step (half-to-even rounding read 36, 36: an evaluation twice).
-  held = course.Held(Position(epoch=0, current=Generation(1, 32, 71), images=71 * 32, step=71).world_changed())
+  held = RunState.at(Position(epoch=0, current=Generation(1, 32, 71), images=71 * 32, step=71).world_changed())
   c = course.Course(held, types.SimpleNamespace(epochs=2, max_steps=0), types.SimpleNamespace(size=2),
                     types.SimpleNamespace(step_batch=32, global_batch=64))
   seen = []
@@ -41,7 +41,7 @@ def test_a_position_of_another_worlds_batch_moves_on_one_step_a_step():
 
 
 class FakeState:
-  """What course.Elastic reads of a TrainingState: a position, save, check_host_updates."""
+  """What course.Elastic reads of a RunState: a position, save, check_host_updates."""
 
   def __init__(self, position):
     self.position, self.saves, self.checks = position, 0, 0
@@ -96,7 +96,7 @@ def test_max_steps_ends_a_run_at_that_many_updates():
 
 def test_a_fixed_run_is_the_one_world_case():
   # Step 5 of 10 an epoch, 1.5 epochs: what the step alone said before progress was counted in images.
-  held = course.Held(Position(current=Generation(1, 8, 5), images=40, step=5))
+  held = RunState.at(Position(current=Generation(1, 8, 5), images=40, step=5))
   c = course.Course(held, types.SimpleNamespace(epochs=1.5, max_steps=0), world(1), batch(8))
   assert (c.last_step(10), c.epochs(10), c.into_epoch(10), c.nominal_step(10)) == (15, 0.5, 5, 5)
   c.after_step()
@@ -134,10 +134,10 @@ def test_a_run_resumed_on_half_the_ranks_goes_on_at_the_epoch_and_schedule_it_re
   lines = []
   mode.log = lambda fmt, *args: lines.append(fmt % args)
   data = DIGITS_DATA
-  mode.restored("D/ckpt-46", 46, p, config, data)
+  restored = mode.restored("D/ckpt-46", 46, p, config, data)
   assert "global batch was 64 on 2 ranks and is 32 on 1 now" in lines[0]
   assert "epoch 2.00, 2,944 images trained" in lines[0] and "step 92 of 184" in lines[0]
-  c = course.Course(course.Held(mode._for_world(mode.position, config, data)), config.run, world(1), config.data)
+  c = course.Course(RunState.at(mode._for_world(restored, config, data)), config.run, world(1), config.data)
   assert (c.epochs(46), c.nominal_step(46), c.last_step(46), c.step) == (2.0, 92, 184, 46)
   # The epoch's last step was trained: nothing of it is left, so its end (save, evaluation) comes first.
   assert c.into_epoch(46) == 0 and not c.fresh_epoch()
@@ -167,7 +167,7 @@ def test_a_run_resumed_mid_epoch_on_another_world_deals_the_rest_of_the_epoch_to
   data = types.SimpleNamespace(steps_per_epoch=46, readers=1)
   moved = mode._for_world(p, config, data)
   assert moved.history == (Generation(2, 32, 10, 1),) and moved.current is None  # replayed, the rest dealt again
-  c = course.Course(course.Held(moved), config.run, world(1), config.data)
+  c = course.Course(RunState.at(moved), config.run, world(1), config.data)
   assert (c.nominal_step(46), c.into_epoch(46)) == (46 + 20, 20)
   config2 = types.SimpleNamespace(run=config.run, data=batch(64, step_batch=32))
   assert same._for_world(p, config2, data) == p  # the same world: the step within the epoch says where
@@ -175,9 +175,9 @@ def test_a_run_resumed_mid_epoch_on_another_world_deals_the_rest_of_the_epoch_to
 
 def test_a_checkpoint_written_before_positions_moved_inside_it_is_read_from_its_file(tmp_path):
   (tmp_path / "position-20.json").write_text(json.dumps(Position(epoch=2, step=20).to_json()))
-  assert elastic.read_position(str(tmp_path), 20) == Position(epoch=2, step=20)
-  assert elastic.read_position(str(tmp_path), 25) is None  # a checkpoint written before positions were kept
-  assert elastic.position_files(str(tmp_path)) == [str(tmp_path / "position-20.json")]
+  assert state.read_legacy(str(tmp_path), 20) == Position(epoch=2, step=20)
+  assert state.read_legacy(str(tmp_path), 25) is None  # a checkpoint written before positions were kept
+  assert state.legacy_files(str(tmp_path)) == [str(tmp_path / "position-20.json")]
 
 
 class LostPeerHvd:
@@ -197,7 +197,7 @@ def test_a_peer_lost_during_the_states_sync_rolls_back_instead_of_ending_the_sur
   # Horovod's run_fn calls state.sync() outside the function it recovers; only HorovodInternalError
   # is answered there by restore() and a new world.
   from horovod.common.exceptions import HorovodInternalError
-  state = elastic.TrainingState(LostPeerHvd(), [], Position(step=4))
+  state = RunState(LostPeerHvd(), [], Position(step=4))
   with pytest.raises(HorovodInternalError):
     state.sync()
 
@@ -207,7 +207,7 @@ def test_other_errors_in_the_sync_are_not_taken_for_a_lost_peer():
     def broadcast_variables(self, variables, root_rank):
       raise ValueError("a bug")
   with pytest.raises(ValueError, match="a bug"):
-    elastic.TrainingState(Broken(), [], Position()).sync()
+    RunState(Broken(), [], Position()).sync()
 
 
 def test_under_the_adaptive_policy_a_resumed_run_keeps_tau_and_goes_on_near_its_batch(tmp_path):
@@ -225,14 +225,14 @@ def test_under_the_adaptive_policy_a_resumed_run_keeps_tau_and_goes_on_near_its_
   mode = modes.Fixed(None, world(2))
   lines = []
   mode.log = lambda fmt, *args: lines.append(fmt % args)
-  mode.restored("D/ckpt-20", 20, p, config, types.SimpleNamespace(steps_per_epoch=23, readers=1,
+  restored = mode.restored("D/ckpt-20", 20, p, config, types.SimpleNamespace(steps_per_epoch=23, readers=1,
                                                                    info=types.SimpleNamespace(num_train=1497)))
-  assert mode.position.tau == 60.0 and mode.position.global_batch == 256
+  assert restored.tau == 60.0 and restored.global_batch == 256
   assert "tau 60.0 base-batch steps" in lines[0] and "goes on near its global batch 256" in lines[0], lines
   assert "the global batch was" not in lines[0]  # it is not changing to the flags' 64
   c = Controller(micro_batch=32, base_batch=32, every=50, noise=None, agree=lambda k: k, log=print)
   c.new_world(2, (1, 8), goodput.Prior(micro=0.05, exchange={"none": 0.01}))
-  assert c.start_k(1, mode.position.global_batch) == 4
+  assert c.start_k(1, restored.global_batch) == 4
 
 
 class MaxHvd:

@@ -6,7 +6,7 @@ import pytest
 
 from input.sharding import Generation
 from training import course, ledger, loop
-from training.elastic import Position
+from training.state import Position, RunState
 from training.evaluation import HeldOut
 from training.hooks import Timing
 from training.step import StepOut
@@ -118,7 +118,7 @@ def fake_run(clock, hooks, spe=4, epochs=2.0):
   """The real Loop over a fake world of one rank: a step takes 1 s, an evaluation 2 s, a save 0.5 s,
   BatchNorm's agreement 0.25 s (through ledger.timed, as training/shape.py passes it)."""
   position = Position(epoch=0, current=None, images=0, step=0)
-  run = course.Course(course.Held(position), types.SimpleNamespace(epochs=epochs, max_steps=0),
+  run = course.Course(RunState.at(position), types.SimpleNamespace(epochs=epochs, max_steps=0),
                       types.SimpleNamespace(size=1), types.SimpleNamespace(step_batch=1, global_batch=1))
 
   def step(images, labels, lr, stop):

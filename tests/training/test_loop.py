@@ -8,7 +8,7 @@ import pytest
 from training import course, evaluation, loop
 from training.ending import outcome, report
 from input.sharding import Generation
-from training.elastic import Position
+from training.state import Position, RunState
 from training.evaluation import HeldOut
 from training.loop import Loop, Policy
 from training.step import StepOut
@@ -39,7 +39,7 @@ def fixed(start, spe, epochs, max_steps=0):
   """A fixed run's course at step `start` (one world, one image a step)."""
   epoch, offset = divmod(start, spe)
   position = Position(epoch=epoch, current=Generation(1, 1, offset) if offset else None, images=start, step=start)
-  return course.Course(course.Held(position), types.SimpleNamespace(epochs=epochs, max_steps=max_steps), ONE, UNIT)
+  return course.Course(RunState.at(position), types.SimpleNamespace(epochs=epochs, max_steps=max_steps), ONE, UNIT)
 
 
 class Run:
@@ -271,7 +271,7 @@ def test_a_short_epoch_ends_early_and_the_next_goes_on():
 
 
 class FakeState:
-  """What course.Elastic reads of a TrainingState."""
+  """What course.Elastic reads of a RunState."""
 
   def __init__(self):
     self.position, self.saves, self.checks = Position(), 0, 0
@@ -325,7 +325,7 @@ def test_a_run_stopped_at_an_epochs_last_step_evaluates_that_epoch_when_it_resum
   first = Run(spe=4, epochs=2, stop_at=4)
   ending, events = first.run()
   assert events == steps(1, 2, 3, 4) + [("save", 4)] and ending.status == outcome.STOPPED
-  again = Run(spe=4, epochs=2, the_course=course.Course(course.Held(first.course.position), first.course.run, ONE, UNIT))
+  again = Run(spe=4, epochs=2, the_course=course.Course(RunState.at(first.course.position), first.course.run, ONE, UNIT))
   ending, events = again.run()
   assert events == [("save", 4), ("eval", 4)] + steps(5, 6, 7, 8) + [("save", 8), ("eval", 8)]
   assert (ending.cause, ending.images) == (loop.FINISHED, 8)
@@ -375,7 +375,7 @@ def test_no_batch_change_at_an_epochs_last_step_its_end_comes_first():
 def test_where_the_batch_can_change_evaluations_are_spaced_in_images():
   # --batch_policy=adaptive: --eval_every counts the flags' batch's steps, so K = 2 does not space the
   # evaluations out. 3 images a step here, every 4 images: after steps 2 (6), 3 (9) and 4 (12) of 10.
-  the_course = course.Course(course.Held(Position()), types.SimpleNamespace(epochs=1, max_steps=0), ONE,
+  the_course = course.Course(RunState.at(Position()), types.SimpleNamespace(epochs=1, max_steps=0), ONE,
                              types.SimpleNamespace(step_batch=3, global_batch=3))
   _, events = Run(spe=10, epochs=1, policy=Policy(eval_every=4, eval_images=4), the_course=the_course,
                   data=Data(10, num_train=30)).run()

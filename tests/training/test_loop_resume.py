@@ -5,6 +5,7 @@ import dataclasses
 
 from input.sharding import Generation
 from test_loop import ONE, UNIT, Run, steps
+from training.state import RunState
 from training import course, loop
 from training.ending import outcome
 from training.loop import Policy
@@ -12,7 +13,7 @@ from training.loop import Policy
 
 def resumed(first: Run, **kwargs) -> Run:
   """A run started again from where `first` ended (the position its checkpoint and records hold)."""
-  return Run(the_course=course.Course(course.Held(first.course.position), first.course.run, ONE, UNIT), **kwargs)
+  return Run(the_course=course.Course(RunState.at(first.course.position), first.course.run, ONE, UNIT), **kwargs)
 
 
 def test_a_completed_evaluation_is_recorded_and_not_repeated_after_a_resume():
@@ -25,7 +26,7 @@ def test_a_completed_evaluation_is_recorded_and_not_repeated_after_a_resume():
                             "epoch": 1.0}]
   position = dataclasses.replace(first.course.position, epoch=0, current=Generation(1, 1, 4), images=4, step=4,
                                  evaluated=first.records[0])
-  again = Run(spe=4, epochs=2, the_course=course.Course(course.Held(position), first.course.run, ONE, UNIT))
+  again = Run(spe=4, epochs=2, the_course=course.Course(RunState.at(position), first.course.run, ONE, UNIT))
   ending, events = again.run()
   assert events[:3] == [("save", 4), ("evaluated before", 4), ("step", 5)] and ending.cause == loop.FINISHED
 

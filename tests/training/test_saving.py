@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from training.persist import checkpoints
-from training.elastic import Position
+from training.state import Position, RunState
 from training.persist.saving import Saver
 
 

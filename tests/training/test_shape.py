@@ -29,7 +29,7 @@ from input import pipeline
 from input.datasets import DIGITS
 from optimizers import schedules
 from training import course as course_lib, loop, modes, shape
-from training.elastic import Position
+from training.state import Position, RunState
 from training.evaluation import HeldOut
 from training.persist.saving import Saver
 from training.step import StepOut
@@ -151,7 +151,7 @@ def parts_for(tmp, rank: int, plan: Plan, record: Record) -> shape.Parts:
       hvd=None, model=None, optimizer=None, loss_scale=None,
       compression=types.SimpleNamespace(powersgd=object(), compress=True, cost=None), saver=saver,
       step_var=tf.Variable(0, dtype=tf.int64), watchdog=Watchdog(rank, 2, 0, tmp),  # floor 0: never fires
-      stop_request=types.SimpleNamespace(code=0), noise=types.SimpleNamespace(b_simple=400.0, restore=lambda s: None),
+      stop_request=types.SimpleNamespace(code=0, asked=lambda: 0), noise=types.SimpleNamespace(b_simple=400.0, restore=lambda s: None),
       controller=Controller(plan), evaluator=lambda data: lambda on_batch: HeldOut(0.5, 0.9, 1.0, 300),
       agree=lambda: None, input_for=lambda config, world: built(config.data, world),
       log=lambda *a: None, clock=lambda: 1.0, use_powersgd=tf.Variable(False))
@@ -194,7 +194,7 @@ def world_of(size: int, rank: int) -> World:
 
 
 class State:
-  """An elastic TrainingState's part (training/elastic.py): the position a commit keeps."""
+  """An elastic RunState's part (training/state.py): the position a commit keeps."""
 
   def __init__(self, position):
     self.position = self.committed = position
@@ -297,12 +297,12 @@ def test_auto_prices_each_later_world_again_and_the_first_by_its_start_up_choice
   tmp = {"data": tmp_data, "run": str(tmp_path)}
   parts = parts_for(str(tmp_path), 0, Plan({}), Record())
   parts.noise, asked = Noise(), []
-  parts.rechoose = lambda world: asked.append(world.size) or parts.compression
+  parts.rechoose = lambda world, current: asked.append(world.size) or current
   parts.compression.chosen = True
   for later in (False, True):
     config, world = config_for(tmp, 1), world_of(1, 0)
     data = pipeline.build(config.data, world, 1, elastic=True)
-    course = course_lib.Course(course_lib.Held(Position()), config.run, world, config.data, data.readers, B0,
+    course = course_lib.Course(RunState.at(Position()), config.run, world, config.data, data.readers, B0,
                                DIGITS.num_train)
     FakeRun(parts, world, config, data, course, later=later).begin()
   assert asked == [1]

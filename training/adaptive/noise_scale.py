@@ -147,7 +147,7 @@ class NoiseScale:
     return low, high
 
   def state(self) -> dict:
-    """What a checkpoint and a commit keep (training/elastic.Position.noise): the two averages
+    """What a checkpoint and a commit keep (training/state.Position.noise): the two averages
     with their weights and second moments, the reference size and the steps. Plain floats: JSON
     keeps them exactly, so every rank restored from it computes the same B_simple (AdaScale's
     gain and the batch controller depend on it)."""

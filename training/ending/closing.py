@@ -92,13 +92,14 @@ def finished_before(ending, config, mode, serve) -> None:
       emit(json.dumps(json.load(fh)), sys.stdout)
 
 
-def evaluate_checkpoint(hvd, config, world, mode, data, evaluate, saver, step: int, watchdog, stop_request,
+def evaluate_checkpoint(hvd, config, world, mode, data, evaluate, saver, position, watchdog, stop_request,
                         ledger) -> None:
   """--eval_only: the restored checkpoint's held-out metrics on this world's ranks, the run's eval line
   and one JSON line on rank 0 (with its time block: training/ledger.py). Its BatchNorm statistics are
   one model's (averaged before every save), so any number of ranks gives the figures the run printed
   at that step."""
-  epochs = course_lib.epochs_as_trained(mode.position, config.run, config.data, data.info.num_train,
+  step = position.step  # the restored checkpoint's (training/state.Position, shared from rank 0)
+  epochs = course_lib.epochs_as_trained(position, config.run, config.data, data.info.num_train,
                                         config.optim.adascale_base)
   mode.log("evaluating %s (step %d, epoch %.2f) on %d ranks", saver.newest or "the newest checkpoint", step,
            epochs, world.size)

@@ -89,6 +89,10 @@ class StopRequest:
     if not self.code:
       self.code, self.reason = code, reason
 
+  def asked(self) -> int:
+    """The code of the stop asked of this rank, 0 for none (what the loop and the evaluation agree)."""
+    return self.code
+
   def wait(self, seconds: float) -> None:
     """Return once a request arrives, or after `seconds`."""
     deadline = time.time() + seconds

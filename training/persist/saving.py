@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from optimizers import precision
 from progress import write_json_atomic
-from training import elastic
+from training import state as state_lib
 from training.persist import checkpoints
 
 
@@ -91,7 +91,7 @@ class Saver:
     """The newest good checkpoint this rank wrote or restored (None: not the writer, or none)."""
     return self.manager.newest if self.manager else None
 
-  def save(self, step: int, position: "elastic.Position | None" = None, agree: bool = True) -> bool:
+  def save(self, step: int, position: "state_lib.Position | None" = None, agree: bool = True) -> bool:
     """Checkpoint `step`, with its position: False, and nothing written, if some rank's weights hold inf/NaN.
 
     agree: the ranks agree on that first (one small allreduce): --base_lr=1e6 on digits blew
@@ -116,11 +116,11 @@ class Saver:
       self._sweep()
     return True
 
-  def restored_position(self, step: int) -> "elastic.Position | None":
+  def restored_position(self, step: int) -> "state_lib.Position | None":
     """The position of the checkpoint just restored (step: its number), with the evaluation completed
     at it if one was (eval-N.json); None for a checkpoint written before positions were kept."""
     text = self.position.numpy().decode()
-    position = elastic.Position.from_json(json.loads(text)) if text else elastic.read_position(self.directory, step)
+    position = state_lib.Position.from_json(json.loads(text)) if text else state_lib.read_legacy(self.directory, step)
     if position is None:
       return None
     record = self._read_evaluated(step)
@@ -152,7 +152,7 @@ class Saver:
   def _sweep(self) -> None:
     """The records of checkpoints no longer kept go with them (and the position files of older ones)."""
     kept = {n for n in checkpoints.on_disk(self.directory)}
-    for path in glob.glob(os.path.join(self.directory, "eval-*.json")) + elastic.position_files(self.directory):
+    for path in glob.glob(os.path.join(self.directory, "eval-*.json")) + state_lib.legacy_files(self.directory):
       number = re.search(r"-(\d+)\.json$", path)
       if number and int(number.group(1)) not in kept:
         _remove(path)
