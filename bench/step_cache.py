@@ -50,8 +50,8 @@ def measure(model_name: str, batch: int, ks, rounds: int, steps: int) -> dict:
   model = build_model(model_name, 10, (32, 32, 3))
   optimizer = default_optimizer(model)
   loss_scale = precision.for_precision("fp32")
-  make = lambda k: step_lib.make_train_step(model, optimizer, lambda g: g, loss_scale, 10,  # noqa: E731
-                                            accumulation_steps=k)
+  make = lambda k: step_lib.make_train_step(model, optimizer, lambda g: g, loss_scale, 10,
+                                            options=step_lib.StepOptions(accumulation_steps=k))
   cached = {}
   for k in list(ks) + list(reversed(ks)):  # the adaptive run's way through the K's: each traced once, kept
     cached.setdefault(k, make(k))

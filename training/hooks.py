@@ -1,9 +1,33 @@
-"""What listens to the loop (training/loop.Hook): the stall watchdog, the progress lines and
-TensorBoard, the step variable checkpoints and commits hold, the gradient noise scale and the
-time ledger."""
+"""What listens to the loop (Hook: what training/loop.py tells, in order): the stall watchdog, the
+progress lines and TensorBoard, the step variable checkpoints and commits hold, the gradient noise
+scale and the time ledger."""
 from progress import time_scalars
 from training import ledger as ledger_lib, step as step_lib
-from training.loop import Hook
+
+
+class Hook:
+  """What the loop tells, in order; a hook overrides what it needs.
+
+  before(phase, step): 'input', 'epoch' (the epoch's iterator runs out, the next is built), 'step',
+    'eval' or 'checkpoint' work begins;
+  after_step(step, nominal, out, lr): a step's update was applied (out: the step's outputs,
+    .loss and .correct; nominal: the step the schedule and the progress lines are at);
+  after_eval_batch(step), after_eval(step, nominal, held), after_save(step);
+  before_commit(step), after_commit(step): --elastic's commit (before_commit only where one is due);
+  after_epoch(epoch): epoch `epoch` ended, saved, evaluated and committed;
+  evaluated_before(step, nominal, held): the evaluation at this step completed before a restart
+  (its record): not repeated.
+  """
+
+  def before(self, phase: str, step: int) -> None: ...
+  def after_step(self, step: int, nominal: int, out, lr: float) -> None: ...
+  def after_eval_batch(self, step: int) -> None: ...
+  def after_eval(self, step: int, nominal: int, held) -> None: ...
+  def after_save(self, step: int) -> None: ...
+  def before_commit(self, step: int) -> None: ...
+  def after_commit(self, step: int) -> None: ...
+  def after_epoch(self, epoch: int) -> None: ...
+  def evaluated_before(self, step: int, nominal: int, held) -> None: ...
 
 
 class Watching(Hook):

@@ -26,6 +26,7 @@ on resume; a run restarted after it ended (finished, or its target met) says so 
 """
 import dataclasses
 import time
+from typing import Callable
 
 from training import evaluation
 from training.ending import outcome
@@ -97,31 +98,6 @@ class Ending:
   resize_to: int = 0         # RESIZED: the accumulation steps the run goes on at
 
 
-class Hook:
-  """What the loop tells, in order; a hook overrides what it needs.
-
-  before(phase, step): 'input', 'epoch' (the epoch's iterator runs out, the next is built), 'step',
-    'eval' or 'checkpoint' work begins;
-  after_step(step, nominal, out, lr): a step's update was applied (out: the step's outputs,
-    .loss and .correct; nominal: the step the schedule and the progress lines are at);
-  after_eval_batch(step), after_eval(step, nominal, held), after_save(step);
-  before_commit(step), after_commit(step): --elastic's commit (before_commit only where one is due);
-  after_epoch(epoch): epoch `epoch` ended, saved, evaluated and committed;
-  evaluated_before(step, nominal, held): the evaluation at this step completed before a restart
-  (its record): not repeated.
-  """
-
-  def before(self, phase: str, step: int) -> None: ...
-  def after_step(self, step: int, nominal: int, out, lr: float) -> None: ...
-  def after_eval_batch(self, step: int) -> None: ...
-  def after_eval(self, step: int, nominal: int, held) -> None: ...
-  def after_save(self, step: int) -> None: ...
-  def before_commit(self, step: int) -> None: ...
-  def after_commit(self, step: int) -> None: ...
-  def after_epoch(self, epoch: int) -> None: ...
-  def evaluated_before(self, step: int, nominal: int, held) -> None: ...
-
-
 def due(step: int, every: int) -> bool:
   """Whether work done every `every` steps falls at `step` (pure; every=0: never, step 0: never).
 
@@ -132,35 +108,48 @@ def due(step: int, every: int) -> bool:
   return bool(every) and step > 0 and step % every == 0
 
 
-class Loop:
-  """Train until the run ends: run() -> Ending.
+@dataclasses.dataclass(frozen=True)
+class Work:
+  """What the loop asks its parts for (Loop's `work`).
 
-  course: training/course.py's Course or Elastic (where the run is in the data, when it ends, commits);
-  data: input/pipeline's Input (steps_per_epoch; course.batches asks it for an epoch's batches);
-  train_step(images, labels, lr, stop) -> out with .loss, .correct, .finite, .stop (training/step.py);
   evaluate(on_batch) -> HeldOut or None (no held-out split); on_batch() after each batch; it raises
-  training.evaluation.Stopped when a stop was agreed between its batches;
-  save(step) -> bool: False when some rank's weights hold inf/NaN (nothing written);
-  agree() -> None: the ranks' BatchNorm statistics made one model's (comm.sync.average_statistics,
-  a collective), called before every evaluation, save and commit, once a step;
-  schedule(step) -> LR; stop_code() -> this rank's stop request (0: none); clock() -> seconds
-  since start-up; gain: None (the linear rule) or optimizers/adascale.Gain: each step's LR is
-  r x schedule(tau), the base batch's schedule, and the course's clock tau moves on by r; resize(step) -> another accumulation K, or None (--batch_policy=adaptive: the
-  stretch ends RESIZED after that step, with nothing saved: the run goes on in this process);
-  record(step, record): a completed evaluation's record (rank 0 keeps it beside its checkpoint).
-  """
+  training.evaluation.Stopped when a stop was agreed between its batches; save(step) -> bool: False
+  when some rank's weights hold inf/NaN (nothing written); schedule(step) -> LR; stop_code() -> this
+  rank's stop request (0: none); agree(): the ranks' BatchNorm statistics made one model's
+  (comm.sync.average_statistics, a collective) before every evaluation, save and commit, once a step;
+  record(step, record): a completed evaluation's record (rank 0 keeps it beside its checkpoint);
+  resize(step) -> a shape.Transition or None (the stretch ends RESIZED after that step, nothing saved:
+  the run goes on in this process); clock() -> seconds since start-up; gain: None (the linear rule)
+  or optimizers/adascale.Gain: each step's LR is r x schedule(tau), and the course's clock tau moves
+  on by r."""
+  evaluate: Callable
+  save: Callable
+  schedule: Callable
+  stop_code: Callable
+  agree: Callable = lambda: None
+  record: Callable = lambda step, record: None
+  resize: Callable | None = None
+  clock: Callable = time.time
+  gain: object = None
 
-  def __init__(self, course, data, train_step, evaluate, save, schedule, stop_code, policy: Policy,
-               hooks=(), clock=time.time, gain=None, resize=None, agree=lambda: None, record=lambda step, r: None):
-    self.course, self.data, self.train_step, self.evaluate_fn = course, data, train_step, evaluate
-    self.save_fn, self.schedule, self.stop_code, self.policy = save, schedule, stop_code, policy
-    self.hooks, self.clock, self.gain, self.resize = list(hooks), clock, gain, resize
-    self.agree, self.agreed = agree, None  # the step the statistics were last agreed at
-    self.record, self.resize_to, self.spe = record, 0, data.steps_per_epoch
+
+class Loop:
+  """Train until the run ends: run() -> Ending. course: training/course.py's Course or Elastic (where
+  the run is in the data, when it ends, commits); data: input/pipeline's Input (steps_per_epoch;
+  course.batches asks it for an epoch's batches); train_step(images, labels, lr, stop) -> out with
+  .loss, .correct, .finite, .stop (training/step.py); work: what it asks for (Work)."""
+
+  def __init__(self, course, data, train_step, *, work: Work, policy: Policy, hooks=()):
+    self.course, self.data, self.train_step, self.policy, self.hooks = course, data, train_step, policy, list(hooks)
+    self.evaluate_fn, self.save_fn, self.schedule, self.stop_code = work.evaluate, work.save, work.schedule, \
+        work.stop_code
+    self.clock, self.gain, self.resize, self.record = work.clock, work.gain, work.resize, work.record
+    self.agree, self.agreed = work.agree, None  # the step the statistics were last agreed at
+    self.resize_to, self.spe = 0, data.steps_per_epoch
     self.held = self.reached = None
     self.skipped = self.agreed_stop = 0
     self.saved = None  # the step of this loop's last good save
-    self.r = gain() if gain else 1.0  # the last step's gain (AdaScale), for the hooks and the summary
+    self.r = self.gain() if self.gain else 1.0  # the last step's gain (AdaScale), for the hooks and the summary
     self.lr = self._lr()
 
   def _lr(self) -> float:

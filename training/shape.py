@@ -23,13 +23,14 @@ trained twice in an epoch, tau continuous, each step's LR r x the schedule at ta
 every rank in the same shape, and the position a restart reads is the one trained to.
 """
 import dataclasses
+import functools
 import os
 import time
 from typing import Callable
 
 import tensorflow as tf
 
-from comm import exchange as exchange_lib
+from comm import exchange as exchange_lib, sync
 from optimizers import adascale, schedules
 from progress import Progress
 from comm import compression_choice
@@ -201,15 +202,15 @@ class Run:
     step it is: issue 38 asked within 3%, bench/step_cache.py measures it)."""
     if k not in self.steps:
       p, config = self.parts, self.config
-      kind = hooks.Measuring.for_world(p.noise, self.world.size, config.data.with_accumulation(k, self.world.size),
-                                       lambda *args: None, keep=self.course.keep_noise)[0]  # _stretch says it
+      sizes = p.noise and step_lib.noise_sizes(self.world.size, config.data.batch_size, k)  # _stretch says why not
       self.steps[k] = step_lib.make_train_step(
-          p.model, p.optimizer, self.exchange, p.loss_scale, self.data.info.num_classes, config.optim.label_smoothing,
-          agree=lambda codes: p.hvd.allreduce(codes, op=p.hvd.Max, name="agree_codes"), accumulation_steps=k,
-          noise=kind, average=lambda x: p.hvd.allreduce(x, op=p.hvd.Average),
-          identical_norms=bool(config.optim.adascale_base), powersgd=p.compression.powersgd,
-          compressing=(lambda: p.use_powersgd) if p.use_powersgd is not None else None,
-          step=lambda: p.step_var, seed=config.run.seed)
+          p.model, p.optimizer, self.exchange, p.loss_scale, self.data.info.num_classes,
+          options=step_lib.StepOptions(
+              label_smoothing=config.optim.label_smoothing, accumulation_steps=k, agree=sync.agree_max(p.hvd),
+              noise=sizes[0] if sizes else None, average=functools.partial(p.hvd.allreduce, op=p.hvd.Average),
+              identical_norms=bool(config.optim.adascale_base), powersgd=p.compression.powersgd,
+              compressing=(lambda: p.use_powersgd) if p.use_powersgd is not None else None,
+              step=lambda: p.step_var, seed=config.run.seed))
     return self.steps[k]
 
   def _prior(self):
@@ -224,6 +225,10 @@ class Run:
           lambda grads: self.exchange.compressed(grads, p.compression.powersgd)[0], variables)
     return goodput.Prior(micro=step_lib.time_compute(p.model, p.loss_scale, self.data.info.num_classes, spec),
                          exchange=exchange, overlap=compression_choice.OVERLAP)
+
+  def _save(self, course, step: int) -> bool:
+    """The loop's save: checkpoint `step` with the course's position (training/persist/saving.py)."""
+    return self.parts.saver.save(step, course.position)
 
   def _opening(self) -> str:
     """The ledger's group of this stretch's opening work (its first input, a first trace): the run's
@@ -258,11 +263,11 @@ class Run:
     train_step = step_lib.host_step(self.step_for(config.data.accumulation_steps))
     timing = hooks.Timing(p.ledger, config.data.global_batch, self._opening(), traced=traced,
                           writer=p.writers.get("tb") if world.is_chief else None)
+    work = loop_lib.Work(evaluate=p.evaluator(data), save=functools.partial(self._save, course), schedule=schedule,
+                         stop_code=p.stop_request.asked, agree=p.ledger.timed("agree", p.agree),
+                         record=p.saver.record_evaluation, resize=self.reshape, clock=p.clock, gain=gain)
     loop = loop_lib.Loop(
-        course, data, train_step, p.evaluator(data),
-        save=lambda s: p.saver.save(s, course.position), schedule=schedule, stop_code=p.stop_request.asked,
-        policy=loop_lib.Policy.of(config, self.eval_batch), clock=p.clock, gain=gain, resize=self.reshape,
-        agree=p.ledger.timed("agree", p.agree), record=p.saver.record_evaluation,
+        course, data, train_step, work=work, policy=loop_lib.Policy.of(config, self.eval_batch),
         hooks=[timing, hooks.StepVariable(p.step_var), hooks.Watching(p.watchdog), *filter(None, [measuring]),
                *([p.controller] if p.controller else []), hooks.Reporting(progress, by_updates=gain is not None)])
     return loop.run()

@@ -31,8 +31,10 @@ unbiased, one allreduce of 16 KB), every SKETCH_EVERY steps (a sketch of ResNet-
 coordinates took 0.55 s here; the other steps report no noise-scale sample).
 """
 import collections
+import dataclasses
 import statistics
 import time
+from typing import Callable
 
 import keras
 import tensorflow as tf
@@ -76,34 +78,13 @@ def correct_count(logits, labels, k: int = 1) -> tf.Tensor:
   return tf.reduce_sum(tf.cast(hits, tf.float32))
 
 
-def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, label_smoothing: float = 0.0,
-                    agree=None, accumulation_steps: int = 1, noise=None, average=None,
-                    identical_norms: bool = False, powersgd=None, compressing=None, step=None, seed: int = 0):
-  """A tf.function train_step(images, labels, lr, stop=0) -> StepOut(loss, correct, finite, stop).
+@dataclasses.dataclass(frozen=True)
+class StepOptions:
+  """What a train step does beyond forward, backward, the exchange and the update (make_train_step).
 
-  images: (K * batch, H, W, C) in the model's compute dtype, K =
-  accumulation_steps micro-batches of `batch` one after the other; labels:
-  (K * batch,) int32; lr: float32 scalar assigned to the optimizer before the
-  update; stop: int32 scalar, this rank's stop request (training/ending/signals.py,
-  0: none). Returns loss: this rank's mean loss over the K micro-batches
-  (float32); correct: this rank's top-1 hits over all K * batch; finite:
-  whether every rank's losses and the exchanged gradients were finite, so the
-  update was applied (the same on every rank); stop: the largest stop request
-  over all ranks (every rank stops after the same step).
-
-  Gradient accumulation: each micro-batch runs forward and backward on its own
-  (BatchNorm normalises over `batch` images, Goyal et al.'s fixed per-worker
-  n), the gradients of the mean loss over the K * batch images are summed on
-  the rank, and then cross ranks once: one exchange, one agreement, one update
-  per step, so the bytes on the wire per image fall by K. One step is traced
-  for one K: --batch_policy=adaptive keeps one per K it tries (training/shape.py),
-  each as fast as the fixed-K step it is (a step for any K, its K read from the
-  images, was ~11% slower in a side measurement).
-
-  exchange(grads) -> grads is comm's GradientExchange, or any function of the
-  same shape (identity: no ranks). agree(int32 vector) -> its max over ranks
-  (train.py: one Horovod allreduce, which Horovod's coordinator fuses with the
-  step's gradient traffic); None for a single process.
+  label_smoothing: of the cross-entropy's targets. accumulation_steps: K micro-batches a step.
+  agree(int32 vector) -> its max over ranks (train.py: one Horovod allreduce, which Horovod's
+  coordinator fuses with the step's gradient traffic); None for a single process.
 
   noise: None, or noise_sizes' kind: the step also returns the squared norms of two gradients
   of different batch sizes, in fp32 on unscaled gradients (fp16's scale divided out), for the
@@ -126,68 +107,66 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
   batch controller: the same on every rank); None: every step does. step() -> the checkpointed
   step (int64), the sketch's hash seed and cadence with `seed`.
   """
+  label_smoothing: float = 0.0
+  accumulation_steps: int = 1
+  agree: Callable | None = None
+  noise: str | None = None
+  average: Callable | None = None
+  identical_norms: bool = False
+  powersgd: object = None
+  compressing: Callable | None = None
+  step: Callable | None = None
+  seed: int = 0
+
+
+def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, *,
+                    options: StepOptions = StepOptions()):
+  """A tf.function train_step(images, labels, lr, stop=0) -> StepOut(loss, correct, finite, stop).
+
+  images: (K * batch, H, W, C) in the model's compute dtype, K = options.accumulation_steps
+  micro-batches of `batch` one after the other; labels: (K * batch,) int32; lr: float32 scalar
+  assigned to the optimizer before the update; stop: int32 scalar, this rank's stop request
+  (training/ending/signals.py, 0: none). Returns loss: this rank's mean loss over the K
+  micro-batches (float32); correct: this rank's top-1 hits over all K * batch; finite: whether
+  every rank's losses and the exchanged gradients were finite, so the update was applied (the
+  same on every rank); stop: the largest stop request over all ranks (every rank stops after the
+  same step); sq_small, sq_big: the noise scale's norms (StepOptions.noise).
+
+  Gradient accumulation: each micro-batch runs forward and backward on its own (BatchNorm
+  normalises over `batch` images, Goyal et al.'s fixed per-worker n), the gradients of the mean
+  loss over the K * batch images are summed on the rank, and then cross ranks once: one exchange,
+  one agreement, one update per step, so the bytes on the wire per image fall by K. One step is
+  traced for one K: --batch_policy=adaptive keeps one per K it tries (training/shape.py), each as
+  fast as the fixed-K step it is (a step for any K, its K read from the images, was ~11% slower in
+  a side measurement). exchange(grads) -> grads is comm's GradientExchange, or any function of the
+  same shape (identity: no ranks).
+  """
+  o = options
   variables = model.trainable_variables
   learning_rate = optimizer.learning_rate
-  gradients = make_gradients(model, loss_scale, num_classes, label_smoothing, accumulation_steps,
-                             micro_norms=noise == MICRO)
+  gradients = make_gradients(model, loss_scale, num_classes, o.label_smoothing, o.accumulation_steps,
+                             micro_norms=o.noise == MICRO)
+  exchanged = _make_exchanged(exchange, loss_scale, o)
 
   def unscaled(sq):
     """A squared norm of scaled gradients, unscaled (fp16: divided by the scale squared)."""
     return sq / tf.square(tf.cast(loss_scale.scale, tf.float32)) if loss_scale.enabled else sq
 
-  def exact_norm(mean):
-    return squared_norm(mean) if noise else tf.constant(0.0)
-
-  def sketched_norm(grads):
-    """The mean over ranks of these unscaled gradients' squared norm, sketched every SKETCH_EVERY steps."""
-    if not noise:
-      return tf.constant(0.0)
-    if noise == MICRO:  # one rank: no ranks to average over, its accumulated gradient is the mean
-      return squared_norm(grads)
-    now = step() if step is not None else tf.constant(0, tf.int64)
-    return tf.cond(tf.equal(now % SKETCH_EVERY, 0),
-                   lambda: sketch.mean_squared_norm(grads, seed, now, average),
-                   lambda: tf.constant(float("nan")))
-
-  def exchanged(grads):
-    """This rank's scaled gradients -> (their mean over ranks, unscaled; keep(), which keeps
-    PowerSGD's new state, for the branch that applies the update; the mean's squared norm)."""
-    # Unscale in fp32 before the optimizer: LARS's trust ratio must see true gradients.
-    if powersgd is None:
-      mean = loss_scale.unscale(exchange(grads))
-      return mean, lambda: None, exact_norm(mean)
-
-    def compressed():  # the residuals live in true-gradient units: unscaled first (module docstring)
-      own = loss_scale.unscale(grads)
-      mean, update = exchange.compressed(own, powersgd)
-      return mean, update, sketched_norm(own)
-
-    def plain():  # every gradient whole, each residual sent with its own and zeroed
-      sent, update = powersgd.flushed(grads, loss_scale.scale if loss_scale.enabled else None)
-      mean = loss_scale.unscale(exchange(sent))
-      return mean, update, exact_norm(mean)
-    if compressing is None:
-      mean, update, sq_big = compressed()
-      return mean, lambda: powersgd.apply(update), sq_big
-    # Both branches enter collectives: the choice is a variable every rank sets alike.
-    mean, update, sq_big = tf.cond(compressing(), compressed, plain)
-    return mean, lambda: powersgd.apply(update), sq_big
-
   @tf.function
   def train_step(images, labels, lr, stop=tf.constant(0)):
     loss, correct, bad, micro_sq, grads, micro_batches = gradients(images, labels)
-    if noise == RANKS:  # this rank's own gradient, before the exchange: mean over ranks below
-      sq_small = average(unscaled(squared_norm(grads)))
-    elif noise == MICRO:  # each micro-batch's gradient of its mean loss is K x its share here
+    if o.noise == RANKS:  # this rank's own gradient, before the exchange: mean over ranks below
+      sq_small = o.average(unscaled(squared_norm(grads)))
+    elif o.noise == MICRO:  # each micro-batch's gradient of its mean loss is K x its share here
       sq_small = unscaled(micro_sq) * micro_batches
     else:
       sq_small = tf.constant(0.0)
     # One verdict for every rank: a stop request anywhere, a non-finite loss anywhere.
     codes = tf.stack([tf.cast(stop, tf.int32), bad])
-    codes = agree(codes) if agree else codes
+    codes = o.agree(codes) if o.agree else codes
     grads, keep, sq_big = exchanged(grads)  # the one place gradients cross ranks
-    if noise == RANKS and identical_norms:
-      sq_big = average(sq_big)
+    if o.noise == RANKS and o.identical_norms:
+      sq_big = o.average(sq_big)
     learning_rate.assign(lr)
     finite = tf.logical_and(precision.all_finite(grads), tf.equal(codes[1], 0))
 
@@ -198,6 +177,47 @@ def make_train_step(model, optimizer, exchange, loss_scale, num_classes: int, la
     return StepOut(loss, correct, finite, codes[0], sq_small, sq_big)
 
   return train_step
+
+
+def _make_exchanged(exchange, loss_scale, o: StepOptions):
+  """exchanged(grads): this rank's scaled gradients -> (their mean over ranks, unscaled; keep(), which
+  keeps PowerSGD's new state, for the branch that applies the update; the mean's squared norm)."""
+  def exact_norm(mean):
+    return squared_norm(mean) if o.noise else tf.constant(0.0)
+
+  def sketched_norm(grads):
+    """The mean over ranks of these unscaled gradients' squared norm, sketched every SKETCH_EVERY steps."""
+    if not o.noise:
+      return tf.constant(0.0)
+    if o.noise == MICRO:  # one rank: no ranks to average over, its accumulated gradient is the mean
+      return squared_norm(grads)
+    now = o.step() if o.step is not None else tf.constant(0, tf.int64)
+    return tf.cond(tf.equal(now % SKETCH_EVERY, 0),
+                   lambda: sketch.mean_squared_norm(grads, o.seed, now, o.average),
+                   lambda: tf.constant(float("nan")))
+
+  def compressed(grads):  # the residuals live in true-gradient units: unscaled first (module docstring)
+    own = loss_scale.unscale(grads)
+    mean, update = exchange.compressed(own, o.powersgd)
+    return mean, update, sketched_norm(own)
+
+  def plain(grads):  # every gradient whole, each residual sent with its own and zeroed
+    sent, update = o.powersgd.flushed(grads, loss_scale.scale if loss_scale.enabled else None)
+    mean = loss_scale.unscale(exchange(sent))
+    return mean, update, exact_norm(mean)
+
+  def exchanged(grads):
+    # Unscale in fp32 before the optimizer: LARS's trust ratio must see true gradients.
+    if o.powersgd is None:
+      mean = loss_scale.unscale(exchange(grads))
+      return mean, lambda: None, exact_norm(mean)
+    if o.compressing is None:
+      mean, update, sq_big = compressed(grads)
+    else:  # both branches enter collectives: the choice is a variable every rank sets alike
+      mean, update, sq_big = tf.cond(o.compressing(), lambda: compressed(grads), lambda: plain(grads))
+    return mean, lambda: o.powersgd.apply(update), sq_big
+
+  return exchanged
 
 
 def make_gradients(model, loss_scale, num_classes: int, label_smoothing: float, k: int, micro_norms: bool):

@@ -127,7 +127,7 @@ def measure(hvd, world, name, net, optimizer, loss_scale, images, labels, grads,
   compression = make_compression(hvd, config, world, net.trainable_variables, seed=0)
   exchange = make_gradient_exchange(hvd, compression.config, world, model=compression.cost)
   compressor = compression.powersgd
-  step = make_train_step(net, optimizer, exchange, loss_scale, CLASSES, powersgd=compressor)
+  step = make_train_step(net, optimizer, exchange, loss_scale, CLASSES, options=StepOptions(powersgd=compressor))
 
   @tf.function
   def alone(g):

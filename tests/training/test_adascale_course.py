@@ -11,7 +11,7 @@ from test_loop import Data, Recorder
 from training import course, loop
 from training.ending import outcome
 from training.state import Position, RunState
-from training.loop import Loop, Policy
+from training.loop import Loop, Policy, Work
 from training.adaptive.noise_scale import NoiseScale
 from training.step import StepOut
 
@@ -32,8 +32,9 @@ class AdaRun:
     self.course = course.Course(RunState.at(Position(tau=tau)), types.SimpleNamespace(epochs=epochs, max_steps=max_steps),
                                 ONE, data_config, base_batch=B0, num_train=spe * B)
     self.gain = adascale.Gain(B0, B, lambda: self.noise(self.course.step))
-    self.loop = Loop(self.course, Data(spe), self.step, self.evaluate, lambda step: True, schedule=lambda s: 0.5 + s,
-                     stop_code=lambda: 0, policy=policy, hooks=[Recorder(self.events)], gain=self.gain)
+    work = Work(evaluate=self.evaluate, save=lambda step: True, schedule=lambda s: 0.5 + s, stop_code=lambda: 0,
+                gain=self.gain)
+    self.loop = Loop(self.course, Data(spe), self.step, work=work, policy=policy, hooks=[Recorder(self.events)])
 
   def step(self, images, labels, lr, stop):
     self.lrs.append(lr)

@@ -134,9 +134,9 @@ def fake_run(clock, hooks, spe=4, epochs=2.0):
     return True
 
   book = hooks[0].ledger
-  return loop.Loop(run, Data(spe), step, evaluate, save, schedule=lambda s: 0.1, stop_code=lambda: 0,
-                   policy=loop.Policy(), hooks=hooks, clock=clock,
-                   agree=book.timed("agree", lambda: clock.advance(0.25))).run()
+  work = loop.Work(evaluate=evaluate, save=save, schedule=lambda s: 0.1, stop_code=lambda: 0, clock=clock,
+                   agree=book.timed("agree", lambda: clock.advance(0.25)))
+  return loop.Loop(run, Data(spe), step, work=work, policy=loop.Policy(), hooks=hooks).run()
 
 
 @pytest.mark.parametrize("traced, first_step, compute", [(True, 1.0, 7.0), (False, 0.0, 8.0)])

@@ -5,12 +5,12 @@ import types
 
 import pytest
 
-from training import course, evaluation, loop
+from training import course, evaluation, hooks, loop
 from training.ending import outcome, report
 from input.sharding import Generation
 from training.state import Position, RunState
 from training.evaluation import HeldOut
-from training.loop import Loop, Policy
+from training.loop import Loop, Policy, Work
 from training.step import StepOut
 
 
@@ -60,10 +60,10 @@ class Run:
     self.data = data or Data(spe)
     self.course = the_course or fixed(start, spe, epochs, max_steps)
     self.hook = Recorder(self.events)
-    self.loop = Loop(self.course, self.data, self.step, self.evaluate, self.save, schedule=lambda s: 0.5 + s,
-                     stop_code=lambda: self.code, policy=policy, hooks=[self.hook], clock=lambda: 12.34,
-                     resize=resize, agree=(lambda: self.events.append(("agree", self.course.step))) if agree else
-                     (lambda: None), record=lambda step, record: self.records.append(record))
+    work = Work(evaluate=self.evaluate, save=self.save, schedule=lambda s: 0.5 + s, stop_code=lambda: self.code,
+                clock=lambda: 12.34, resize=resize, record=lambda step, record: self.records.append(record),
+                agree=(lambda: self.events.append(("agree", self.course.step))) if agree else (lambda: None))
+    self.loop = Loop(self.course, self.data, self.step, work=work, policy=policy, hooks=[self.hook])
 
   def step(self, images, labels, lr, stop):
     taking = self.course.step + 1
@@ -88,7 +88,7 @@ class Run:
     return ending, [e for e in self.events if e[0] != "before"]
 
 
-class Recorder(loop.Hook):
+class Recorder(hooks.Hook):
   def __init__(self, events):
     self.events = events
 

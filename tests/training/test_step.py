@@ -42,8 +42,8 @@ def test_agree_decides_for_every_rank():
   # agree is the max over ranks: here a stand-in for a peer whose loss was NaN.
   model, optimizer = tiny()
   peer_nan = lambda codes: tf.maximum(codes, tf.constant([0, 1]))
-  train_step = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"),
-                                        num_classes=8, agree=peer_nan)
+  train_step = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"), num_classes=8,
+                                        options=step_lib.StepOptions(agree=peer_nan))
   before = weights(model)
   finite = train_step(tf.ones([2, 4]), tf.constant([1, 2]), tf.constant(0.1)).finite
   assert not bool(finite)
@@ -69,8 +69,8 @@ def test_k_micro_batches_make_the_update_of_one_batch_k_times_larger(k):
   results = {}
   for steps in (1, k):
     model, optimizer = tiny()
-    train_step = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"),
-                                          num_classes=8, accumulation_steps=steps)
+    train_step = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"), num_classes=8,
+                                          options=step_lib.StepOptions(accumulation_steps=steps))
     loss, correct, finite, *_ = train_step(images, tf.cast(labels, tf.int32), tf.constant(0.5))
     results[steps] = (float(loss), float(correct), bool(finite), weights(model))
   (loss1, correct1, finite1, w1), (lossk, correctk, finitek, wk) = results[1], results[k]
@@ -88,8 +88,8 @@ def test_batchnorm_normalises_each_micro_batch():
     model = keras.Sequential([keras.Input((4,)), keras.layers.BatchNormalization(), keras.layers.Dense(8)])
     optimizer = keras.optimizers.SGD(0.0)
     optimizer.build(model.trainable_variables)
-    train_step = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"),
-                                          num_classes=8, accumulation_steps=steps)
+    train_step = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"), num_classes=8,
+                                          options=step_lib.StepOptions(accumulation_steps=steps))
     images = tf.concat([tf.zeros([4, 4]), tf.reshape(tf.range(16, dtype=tf.float32), [4, 4]) + 10], 0)
     finite = train_step(images, tf.constant([0, 1, 2, 3, 4, 5, 6, 7]), tf.constant(0.5)).finite
     assert bool(finite)
@@ -99,8 +99,8 @@ def test_batchnorm_normalises_each_micro_batch():
 
 def test_a_non_finite_micro_batch_skips_the_whole_update():
   model, optimizer = tiny()
-  train_step = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"),
-                                        num_classes=8, accumulation_steps=3)
+  train_step = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"), num_classes=8,
+                                        options=step_lib.StepOptions(accumulation_steps=3))
   before = weights(model)
   images = tf.concat([tf.ones([4, 4]), tf.ones([2, 4]) * np.nan], 0)  # only the third micro-batch
   finite = train_step(images, tf.zeros([6], tf.int32), tf.constant(0.1)).finite
@@ -129,7 +129,8 @@ def test_micro_batches_give_the_noise_scale_its_two_gradients(precision_name):
   model, optimizer = tiny()
   micro = per_batch_gradients(model, images, labels, 4)
   train_step = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision(precision_name),
-                                        num_classes=8, accumulation_steps=4, noise=step_lib.MICRO)
+                                        num_classes=8, options=step_lib.StepOptions(accumulation_steps=4,
+                                        noise=step_lib.MICRO))
   out = train_step(tf.constant(images), tf.constant(labels), tf.constant(0.0))
   rtol = 1e-5 if precision_name == "fp32" else 1e-3
   np.testing.assert_allclose(float(out.sq_small), np.mean(np.sum(micro ** 2, axis=1)), rtol=rtol)
@@ -143,7 +144,8 @@ def test_without_noise_the_norms_are_zero_and_with_ranks_the_own_gradient_is_ave
   own = per_batch_gradients(model, images, labels, 1)[0]
   halves = []  # average(x): a stand-in for the mean over ranks, here of this rank and a peer with half its norm
   step = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"), num_classes=8,
-                                  noise=step_lib.RANKS, average=lambda x: halves.append(1) or (x + x / 2) / 2)
+                                  options=step_lib.StepOptions(noise=step_lib.RANKS,
+                                  average=lambda x: halves.append(1) or (x + x / 2) / 2))
   out = step(tf.constant(images), tf.constant(labels), tf.constant(0.0))
   assert halves and float(out.sq_small) == pytest.approx(0.75 * np.sum(own ** 2), rel=1e-5)
   assert float(out.sq_big) == pytest.approx(np.sum(own ** 2), rel=1e-5)
@@ -153,7 +155,8 @@ def test_without_noise_the_norms_are_zero_and_with_ranks_the_own_gradient_is_ave
   # AdaScale's identical_norms: the exchanged mean's norm goes through the same averaging.
   model, optimizer = tiny()
   agreed = step_lib.make_train_step(model, optimizer, lambda g: g, precision.for_precision("fp32"), num_classes=8,
-                                    noise=step_lib.RANKS, average=lambda x: (x + x / 2) / 2, identical_norms=True)
+                                    options=step_lib.StepOptions(noise=step_lib.RANKS,
+                                    average=lambda x: (x + x / 2) / 2, identical_norms=True))
   out = agreed(tf.constant(images), tf.constant(labels), tf.constant(0.0))
   assert float(out.sq_big) == pytest.approx(0.75 * np.sum(own ** 2), rel=1e-5)
 
@@ -202,7 +205,7 @@ def powersgd_step(model, optimizer, precision_name="fp32", rank=2, compressing=N
   compressor = make_powersgd(config, model.trainable_variables, seed=5)
   exchange = GradientExchange(hvd or OneRank(), config, world=None)
   step = step_lib.make_train_step(model, optimizer, exchange, precision.for_precision(precision_name), num_classes=16,
-                                  powersgd=compressor, compressing=compressing, **kwargs)
+                                  options=step_lib.StepOptions(powersgd=compressor, compressing=compressing, **kwargs))
   return step, compressor
 
 
@@ -225,7 +228,8 @@ def test_powersgd_on_a_model_with_nothing_to_compress_is_the_plain_step():
   compressor = make_powersgd(config, model.trainable_variables, seed=0)
   assert compressor.views == (None, None) and not compressor.variables
   step = step_lib.make_train_step(model, optimizer, GradientExchange(OneRank(), config, None),
-                                  precision.for_precision("fp32"), num_classes=8, powersgd=compressor)
+                                  precision.for_precision("fp32"), num_classes=8,
+                                  options=step_lib.StepOptions(powersgd=compressor))
   for _ in range(2):
     assert bool(plain(images, labels, tf.constant(0.5)).finite) and bool(step(images, labels, tf.constant(0.5)).finite)
   for a, b in zip(weights(plain_model), weights(model)):

@@ -48,7 +48,8 @@ import dataclasses
 import time
 
 from training.adaptive import goodput
-from training.loop import Hook, due
+from training.hooks import Hook
+from training.loop import due
 
 WARMUP = 2   # updates of each stretch not timed: a new K's first steps fill the input pipeline
 KEEP = 20    # update times kept per pair (the newest): the model follows a machine whose speed drifts

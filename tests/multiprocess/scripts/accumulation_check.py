@@ -44,8 +44,8 @@ def run(world, args):
   optimizer = build_optimizer(config.optim, model.trainable_variables)
   sync.broadcast_state(hvd, model.variables + optimizer.variables)
   step = make_train_step(model, optimizer, make_gradient_exchange(hvd, config.comm, world),
-                         precision.for_precision("fp32"), 10, agree=sync.agree_max(hvd),
-                         accumulation_steps=d.accumulation_steps)
+                         precision.for_precision("fp32"), 10, options=StepOptions(agree=sync.agree_max(hvd),
+                         accumulation_steps=d.accumulation_steps))
   initial = [v.numpy() for v in model.trainable_variables]
   rng = np.random.default_rng(7)
   mine = slice(world.rank * d.step_batch, (world.rank + 1) * d.step_batch)

@@ -121,8 +121,8 @@ def run(world, args):
     for v, s in zip(net.trainable_variables, start):
       v.assign(s)
     # train.py's own step (training/step.py), fp32: plain SGD at LR 0.1.
-    step = make_train_step(net, optimizer, make_gradient_exchange(hvd, config, world),
-                           precision.for_precision("fp32"), num_classes=10)
+    step = make_train_step(net, optimizer, make_gradient_exchange(hvd, config, world), precision.for_precision("fp32"),
+                           num_classes=10)
 
     for images, labels in batches:
       step(images, labels, tf.constant(0.1))

@@ -63,8 +63,8 @@ def check_noise_norms(rank, size, exchange):
   own = np.concatenate([g.numpy().ravel() for g in tape.gradient(loss, model.trainable_variables)])
   every = hvd.allgather(tf.constant(own[None])).numpy()
   train_step = step_lib.make_train_step(model, optimizer, exchange, precision.for_precision("fp32"), 5,
-                                        noise=step_lib.RANKS,
-                                        average=lambda x: hvd.allreduce(x, op=hvd.Average, name="noise_sq"))
+                                        options=step_lib.StepOptions(noise=step_lib.RANKS,
+                                        average=lambda x: hvd.allreduce(x, op=hvd.Average, name="noise_sq")))
   out = train_step(images, labels, tf.constant(0.0))
   np.testing.assert_allclose(float(out.sq_small), np.mean(np.sum(every ** 2, axis=1)), rtol=1e-5)
   np.testing.assert_allclose(float(out.sq_big), np.sum(np.mean(every, axis=0) ** 2), rtol=1e-5)
@@ -88,8 +88,9 @@ def check_powersgd(world, config):
   assert compressor.views == ((12, 10), None), compressor.views
   steps = tf.Variable(0, dtype=tf.int64)
   train_step = step_lib.make_train_step(model, optimizer, make_gradient_exchange(hvd, config, world),
-                                        precision.for_precision("fp32"), 10, powersgd=compressor,
-                                        compressing=lambda: steps >= config.compression_start)
+                                        precision.for_precision("fp32"), 10,
+                                        options=step_lib.StepOptions(powersgd=compressor,
+                                        compressing=lambda: steps >= config.compression_start))
   rng = np.random.default_rng(11 + rank)
   start = compressor.qs[0].numpy().copy()
   for step in range(3):
@@ -126,11 +127,13 @@ def check_sketched_norm(world):
     loss = tf.keras.losses.CategoricalCrossentropy(from_logits=True)(tf.one_hot(labels, 10), model(images))
   own = np.concatenate([g.numpy().ravel() for g in tape.gradient(loss, model.trainable_variables)])
   exact = float(np.sum(np.mean(hvd.allgather(tf.constant(own[None])).numpy(), axis=0) ** 2))
-  train_step = step_lib.make_train_step(
-      model, optimizer, make_gradient_exchange(hvd, config, world), precision.for_precision("fp32"), 10,
-      noise=step_lib.RANKS, average=lambda x: hvd.allreduce(x, op=hvd.Average, name="noise_sketch"),
-      identical_norms=True, powersgd=compressor, compressing=lambda: tf.constant(True),
-      step=lambda: tf.constant(0, tf.int64), seed=5)
+  train_step = step_lib.make_train_step(model, optimizer, make_gradient_exchange(hvd, config, world),
+                                        precision.for_precision("fp32"), 10,
+                                        options=step_lib.StepOptions(noise=step_lib.RANKS,
+                                        average=lambda x: hvd.allreduce(x, op=hvd.Average, name="noise_sketch"),
+                                        identical_norms=True, powersgd=compressor,
+                                        compressing=lambda: tf.constant(True), step=lambda: tf.constant(0, tf.int64),
+                                        seed=5))
   sketched = float(train_step(images, labels, tf.constant(0.0)).sq_big)
   assert abs(sketched / exact - 1) < 0.05, (sketched, exact)
   assert len(set(hvd.allgather_object(sketched, name="sketched_norms"))) == 1

@@ -45,7 +45,7 @@ def _overflow_is_skipped_everywhere(world):
   exchange = make_gradient_exchange(hvd, CommConfig(), world)
   variables = model.trainable_variables
   train_step = make_train_step(model, optimizer, exchange, loss_scale, num_classes=10,
-                               agree=sync.agree_max(hvd))
+                               options=StepOptions(agree=sync.agree_max(hvd)))
 
   def step(images, labels, poison):
     # The forced overflow: inf images on one rank only make its gradients
