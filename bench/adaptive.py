@@ -19,7 +19,7 @@ base batch B0 = 64 and its LR, the one LR of every AdaScale and adaptive run. Pa
             evaluations an epoch): the adaptive controller against batch 64 at its searched LR,
             the fastest fixed batch of results/noise_scale.md (233 s there; the others 329-1,078 s)
 
-Each run is a train.py launch from scratch (bench/train_runs.launch) kept under runs/adaptive/;
+Each run is a train.py launch from scratch (bench/harness/train_runs.launch) kept under runs/adaptive/;
 --reuse reads back a run whose flags match.
 """
 import argparse
@@ -32,9 +32,9 @@ import time
 if __package__ in (None, ""):  # run as a file: the repository on the path
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.launches import Hosts, Job, regrown, world_sizes  # noqa: E402
+from bench.harness.launches import Hosts, Job, regrown, world_sizes  # noqa: E402
 from bench.noise_scale import study  # noqa: E402
-from bench.train_runs import REPO, command, cpu_model, launch, read_events, record, reused  # noqa: E402
+from bench.harness.train_runs import REPO, command, cpu_model, launch, read_events, record, reused  # noqa: E402
 
 RANKS, MICRO, B0 = study.RANKS, study.BN_BATCH, 64
 BASE_LR = 0.2 * 256 / B0  # per 256 images: peak 0.2 at B0 (make noise-scale's best at 64)

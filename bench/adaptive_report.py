@@ -4,7 +4,7 @@ import json
 import os
 
 from bench.noise_scale.study import TRAIN_IMAGES
-from bench.train_runs import REPO
+from bench.harness.train_runs import REPO
 
 
 def _spread(values, fmt=".4g"):

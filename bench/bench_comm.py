@@ -31,7 +31,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from bench.train_step import NOTE  # noqa: E402
+from bench.harness.train_step import NOTE  # noqa: E402
 from progress import emit  # noqa: E402
 
 KB, MB = 1 << 10, 1 << 20
@@ -173,7 +173,7 @@ def overlap(args, world, hvd, exchanges):
   import keras
   import tensorflow as tf
 
-  from bench.train_step import default_optimizer
+  from bench.harness.train_step import default_optimizer
   from comm.exchange import make_gradient_exchange
   from flags.config import CommConfig
   from models import build_model

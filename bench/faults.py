@@ -13,7 +13,7 @@ left behind (every pid the job ever had is tracked: a launcher that dies
 leaves its children re-parented, out of reach of a process-tree walk), and
 the line the user saw. Then the same command again, which must resume.
 The multi-process tests (tests/multiprocess/test_faults.py) assert the same properties
-through bench/launches.py's Job; only this program reports times.
+through bench/harness/launches.py's Job; only this program reports times.
 
 Every row ends with a verdict, kept or not, computed from what it measured against what
 docs/faults.md promises for it; results/faults.json records the commit each row was measured at
@@ -47,7 +47,7 @@ from bench.faults_report import (  # noqa: E402
 from bench.faults_restarts import ADASCALE_REQUEUE, EVAL_ONLY  # noqa: E402
 from bench.faults_run import (  # noqa: E402
     Fault, _signal, _signal_group, _signal_ranks, both, prior_run, remount, run_fault, tmpfs, truncate_newest)
-from bench.launches import per_rank_data_dir  # noqa: E402
+from bench.harness.launches import per_rank_data_dir  # noqa: E402
 from input.datasets import DIGITS  # noqa: E402  (metadata only: no TensorFlow in this process)
 from progress import emit  # noqa: E402
 

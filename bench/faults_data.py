@@ -13,8 +13,8 @@ import subprocess
 import time
 
 from bench.faults_run import RESUMED, read_summary
-from bench.launches import PYTHON, REPO, STEP_LINE, USER_LINE, Job, newest_checkpoint
-from bench.slurm_jobs import env
+from bench.harness.launches import PYTHON, REPO, STEP_LINE, USER_LINE, Job, newest_checkpoint
+from bench.harness.slurm_jobs import env
 from input.datasets import DIGITS  # metadata only: no TensorFlow in this process
 
 

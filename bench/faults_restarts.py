@@ -17,7 +17,7 @@ import os
 import re
 
 from bench.faults_run import BASE_ARGS, RESUMED, Fault, read_summary, user_line
-from bench.launches import Job, newest_checkpoint
+from bench.harness.launches import Job, newest_checkpoint
 
 ADASCALE_ARGS = ("--lr_scaling=adascale", "--global_batch_size=64", "--epochs=3", "--noexport")
 ADASCALE_STOP_AT = 30  # updates: mid-way through the second epoch of the base batch's schedule

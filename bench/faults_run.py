@@ -5,7 +5,7 @@ Each fault starts train.py under horovodrun (2 ranks, digits, a checkpoint every
 session of its own, waits until training runs, does the fault, and measures: the time from the
 fault to the last process of the job gone, the exit status, the step at the fault against the
 step of the newest checkpoint (steps lost), the processes left behind (every pid the job ever had
-is tracked: bench/launches.Job), and the line the user saw. Then the same command again.
+is tracked: bench/harness/launches.Job), and the line the user saw. Then the same command again.
 """
 import dataclasses
 import json
@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 
-from bench.launches import STEP_LINE, USER_LINE, Job, newest_checkpoint
+from bench.harness.launches import STEP_LINE, USER_LINE, Job, newest_checkpoint
 from progress import emit
 
 BASE_ARGS = ("--max_steps=600", "--log_every=1", "--checkpoint_every=5", "--stall_timeout=30")

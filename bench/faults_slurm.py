@@ -2,7 +2,7 @@
 
   python -m bench.faults --only slurm-preempt-srun,slurm-preempt-mpirun,slurm-scancel-srun
 
-A Slurm of its own (bench/slurm_jobs.py: slurmctld in host 1's namespace, a slurmd per
+A Slurm of its own (bench/harness/slurm_jobs.py: slurmctld in host 1's namespace, a slurmd per
 host, cluster imcsfault on 198.18.12.0/24) runs scripts/slurm/cpu_nodes.sbatch, 1 rank
 per host, on the digits set. Once rank 0 reported step AT_STEP:
 - preempt: `scancel --batch --signal=USR1` on a `--requeue` job, what `#SBATCH
@@ -28,7 +28,8 @@ import os
 import re
 import time
 
-from bench import faults_data, slurm_jobs
+from bench import faults_data
+from bench.harness import slurm_jobs
 from input.datasets import DIGITS  # metadata only: no TensorFlow in this process
 from progress import emit, write_json_atomic
 

@@ -42,7 +42,7 @@ def measure(model_name: str, batch: int, ks, rounds: int, steps: int) -> dict:
   import numpy as np
   import tensorflow as tf
 
-  from bench.train_step import default_optimizer
+  from bench.harness.train_step import default_optimizer
   from models import build_model
   from optimizers import precision
   from training import step as step_lib

@@ -3,7 +3,7 @@ run records of bench/time_to_accuracy.run_record in, numbers and markdown out)."
 import statistics
 
 from bench.plan.scale import dash
-from bench.train_runs import Setting
+from bench.harness.train_runs import Setting
 
 
 def center(values) -> dict:

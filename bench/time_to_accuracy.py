@@ -40,7 +40,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # this program reads the eve
 
 from bench.plan.scale import at_scale, exchange_per_update, section as scale_section  # noqa: E402
 from bench.target_stats import aggregate, findings, table  # noqa: E402
-from bench.train_runs import (Setting, command, eval_curve, launch, read_events, record, reused,  # noqa: E402
+from bench.harness.train_runs import (Setting, command, eval_curve, launch, read_events, record, reused,  # noqa: E402
                               save_top1_figure)
 
 RESULTS = os.path.join(REPO, "results")

@@ -11,7 +11,7 @@ import time
 
 from bench import time_to_accuracy as tta
 from bench.compression import variants as V
-from bench.train_runs import eval_curve, launch, read_events, record, reused
+from bench.harness.train_runs import eval_curve, launch, read_events, record, reused
 
 SETTING = tta.SETTINGS["c"]
 RANKS = tta.RANKS

@@ -8,7 +8,7 @@ if __package__ in (None, ""):  # run as a file: the repository on the path
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from bench.noise_scale import cost, report, study  # noqa: E402
-from bench.train_runs import REPO  # noqa: E402
+from bench.harness.train_runs import REPO  # noqa: E402
 
 
 def pairs(p, flag: str, text: str, kind) -> dict:

@@ -4,7 +4,7 @@ import os
 import sys
 import time
 
-from bench.train_runs import REPO, command, eval_curve, launch, read_events, record, reused
+from bench.harness.train_runs import REPO, command, eval_curve, launch, read_events, record, reused
 
 RANKS = 2
 MODEL = "resnet8"

@@ -16,7 +16,7 @@ if __package__ in (None, ""):  # run as a file: the repository on the path
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from bench.overhead import ledgers, report  # noqa: E402
-from bench.train_runs import REPO, cpu_model, launch, record, reused  # noqa: E402
+from bench.harness.train_runs import REPO, cpu_model, launch, record, reused  # noqa: E402
 
 # name: (what it is, ranks, train.py's flags, --quick's flags instead)
 CONFIGS = {

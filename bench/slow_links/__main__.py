@@ -17,7 +17,7 @@ if __package__ in (None, ""):  # run as a file: the repository on the path
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from bench.slow_links import arms, launch, summary  # noqa: E402
-from bench.train_runs import REPO, cpu_model  # noqa: E402
+from bench.harness.train_runs import REPO, cpu_model  # noqa: E402
 
 PARTS = ("stock", "auto", "adaptive", "joint", "lost", "budget")
 

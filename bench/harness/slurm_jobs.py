@@ -21,7 +21,8 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench.harness import REPO
+
 LOCAL_SLURM = os.path.join(REPO, "scripts", "slurm", "local-slurm.sh")
 CLUSTER_SH = os.path.join(REPO, "scripts", "cluster", "cluster.sh")
 JOB_TIMEOUT = 420  # seconds; a run is ~1 minute on an idle machine, several on one shared by many

@@ -15,11 +15,10 @@ import time
 
 import psutil
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-PYTHON = sys.executable
+from bench.harness import REPO
+from bench.harness.slurm_jobs import env  # the launches' environment, one definition
 
-from bench.slurm_jobs import env  # noqa: E402  (the launches' environment, one definition)
+PYTHON = sys.executable
 
 # A progress line's step: the schedule's "step N/M", or under --lr_scaling=adascale "update N".
 STEP_LINE = re.compile(r"step +(\d+)/\d+|update +(\d+)")

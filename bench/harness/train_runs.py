@@ -15,9 +15,9 @@ import subprocess
 import sys
 import time
 
-from bench.slurm_jobs import env
+from bench.harness import REPO
+from bench.harness.slurm_jobs import env
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORD = "run.json"  # a finished run as the program recorded it, beside train.py's summary.json
 
 
