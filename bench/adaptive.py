@@ -32,7 +32,8 @@ import time
 if __package__ in (None, ""):  # run as a file: the repository on the path
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.harness.launches import Hosts, Job, regrown, world_sizes  # noqa: E402
+from bench.harness.hosts import Hosts, regrown, world_sizes  # noqa: E402
+from bench.harness.launches import Job  # noqa: E402
 from bench.noise_scale import study  # noqa: E402
 from bench.harness.train_runs import REPO, command, cpu_model, launch, read_events, record, reused  # noqa: E402
 

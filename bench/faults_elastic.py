@@ -2,7 +2,7 @@
 
   python -m bench.faults --only elastic-horovod,elastic-hybrid,elastic-adaptive-powersgd --elastic_launches=3
 
-train.py --elastic on the digits set under horovodrun --gloo in elastic mode (bench/harness/launches.Hosts:
+train.py --elastic on the digits set under horovodrun --gloo in elastic mode (bench/harness/hosts.Hosts:
 2 emulated hosts x 1 rank, cluster imcelf on 198.18.16.0/24, --min-np 1). Once rank 0 reported
 step LOSE_AT, the second host is lost (no longer listed, its ranks SIGKILLed); once the first
 trains alone, the host is listed again. Measured: the time from the loss to the first step of
@@ -11,7 +11,7 @@ host listed again to the first step of the two-rank world, a commit's time again
 exit status, the processes left, the final accuracy and whether the replicas ended identical.
 Each of these rows is launched `--elastic_launches` times (30 unless given; each row says how
 many) and counts its hangs: a launch the watchdog ended after Horovod's background loop had died
-(Horovod's race, the op a survivor held orphaned: bench/harness/launches.stalled_after_horovod_died), or
+(Horovod's race, the op a survivor held orphaned: bench/harness/hosts.stalled_after_horovod_died), or
 one still running, or leaving
 processes, past its bound (600 s a phase); other failures are counted apart. Its figures are medians
 over the launches that finished (the steps lost: the host's loss, the first of each launch),
@@ -45,7 +45,8 @@ import time
 import psutil
 
 from bench.faults_verdicts import promise
-from bench.harness.launches import PYTHON, REPO, STEP_LINE, Hosts, Job, regrown, stalled_after_horovod_died, world_sizes
+from bench.harness.hosts import Hosts, regrown, stalled_after_horovod_died, world_sizes
+from bench.harness.launches import PYTHON, REPO, STEP_LINE, Job
 from progress import emit
 
 NAME, SUBNET = "imcelf", "198.18.16"  # not the tests' (imcelt) nor a user's (imc)

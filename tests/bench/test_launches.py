@@ -1,7 +1,8 @@
-"""bench/harness/launches.py's reading of a launch's log (the launches themselves: tests/multiprocess)."""
+"""bench/harness/launches.py's and hosts.py's reading of a launch's log (the launches themselves: tests/multiprocess)."""
 import pytest
 
-from bench.harness.launches import last_step, regrown, stalled_after_horovod_died
+from bench.harness.hosts import regrown, stalled_after_horovod_died
+from bench.harness.launches import last_step
 
 LINEAR = "[1,0]<stderr>:epoch   0.35  step      8/276  loss 2.2830  top1 0.281  lr 0.03043     1712.3 img/s  eta 0:00:10\n"
 ADASCALE = ("[0]<stderr>:epoch   3.72  update    102  loss 0.2289  top1 0.938  lr 0.01067  B_simple     222  "
