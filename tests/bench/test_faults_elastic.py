@@ -1,6 +1,6 @@
-"""bench/faults_elastic.py's counting of lost-host launches (pure: what launches returned in,
+"""bench/faults/elastic.py's counting of lost-host launches (pure: what launches returned in,
 the row and its table line out; the launches themselves are make faults')."""
-from bench import faults_elastic
+from bench.faults import elastic as faults_elastic
 
 DIED = ("[1]<stderr>:[2026-12-05 08:41:07.512: E horovod/common/operations.cc:697] [0]: Horovod background loop "
         "uncaught exception: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer\n")

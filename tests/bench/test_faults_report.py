@@ -1,10 +1,11 @@
-"""bench/faults.py's pure parts: the report table (bench/faults_report.py) and a partial run merged into
-the report, a row's measurements merged (bench/faults_run.py), the progress lines issue 23's rows read
-(bench/faults_data.py), and every row's verdict from what it measured (bench/faults_verdicts.py,
-faults_data.py, faults_restarts.py): kept on a fixture row, not kept when one promise breaks."""
+"""bench/faults/'s pure parts: the report table (report.py) and a partial run merged into the report, a
+row's measurements merged (run.py), the progress lines issue 23's rows read (data.py), and every row's
+verdict from what it measured (verdicts.py, data.py, restarts.py): kept on a fixture row, not kept when
+one promise breaks."""
 import json
 
-from bench import faults, faults_data, faults_elastic, faults_report, faults_restarts, faults_run, faults_verdicts
+from bench.faults import __main__ as faults, data as faults_data, elastic as faults_elastic, report as faults_report
+from bench.faults import restarts as faults_restarts, run as faults_run, verdicts as faults_verdicts
 
 ROW = {"fault": "sigterm-launcher-mpi", "what": "SIGTERM to horovodrun's pid", "launcher": "horovodrun MPI, 2 ranks",
        "seconds_to_gone": 3.2, "exit_status": -15, "step_at_fault": 30, "last_step": 31, "checkpoint_step": 31,

@@ -1,4 +1,4 @@
-"""Issue 23's rows of `make faults` (bench/faults.py's table), what each measures against the promise
+"""Issue 23's rows of `make faults` (bench/faults/__main__.py's table), what each measures against the promise
 docs/faults.md states for it: a run resumed on half its ranks, a shard missing on one host, a stop
 during a long evaluation, an export that does not fit; and the digits records they read as an
 ImageNet-layout set (--dataset=imagenet --image_size=8), which train.py scans at start-up.
@@ -12,7 +12,7 @@ import signal
 import subprocess
 import time
 
-from bench.faults_run import RESUMED, read_summary
+from bench.faults.run import RESUMED, read_summary
 from bench.harness.launches import PYTHON, REPO, STEP_LINE, USER_LINE, Job, newest_checkpoint
 from bench.harness.slurm_jobs import env
 from input.datasets import DIGITS  # metadata only: no TensorFlow in this process

@@ -44,7 +44,7 @@ import time
 
 import psutil
 
-from bench.faults_verdicts import promise
+from bench.faults.verdicts import promise
 from bench.harness.hosts import Hosts, regrown, stalled_after_horovod_died, world_sizes
 from bench.harness.launches import PYTHON, REPO, STEP_LINE, Job
 from progress import emit
@@ -364,7 +364,7 @@ def rows(only: str, workdir: str, launches: int = LAUNCHES) -> tuple[list[dict],
 
 def table(rows: list[dict], commit: dict | None, before: dict | None = None) -> str:
   """The elastic section of results/faults.md (pure: rows in, markdown out). before: what a row's
-  fault did before the work that fixed it (bench/faults.BEFORE), '(new)' for the others."""
+  fault did before the work that fixed it (report.BEFORE), '(new)' for the others."""
   before = before or {}
   out = ["| fault | before | allreduce | s from the loss to training | steps lost (commit every) | s from the "
          "return to training together | worlds | a commit / a step (ms) | commit cost per step | exit | left | final "

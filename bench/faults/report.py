@@ -1,4 +1,4 @@
-"""results/faults.{md,json}: `make faults`' report (bench/faults.py), its table from the rows (pure:
+"""results/faults.{md,json}: `make faults`' report (bench/faults/), its table from the rows (pure:
 rows in, markdown out), a partial run's rows merged into the report, and the elastic rows' own file
 (results/faults_elastic.json) and section.
 """
@@ -6,9 +6,9 @@ import json
 import os
 import subprocess
 
-from bench import faults_elastic
-from bench.faults_run import BASE_ARGS, FAULT_AT_STEP, GONE_TIMEOUT_S, Fault, launcher_of
-from bench.faults_verdicts import promise
+from bench.faults import elastic
+from bench.faults.run import BASE_ARGS, FAULT_AT_STEP, GONE_TIMEOUT_S, Fault, launcher_of
+from bench.faults.verdicts import promise
 from progress import emit, write_json_atomic
 
 # What a new user saw before this work (issue 10, 2 ranks, digits, --checkpoint_every=20).
@@ -140,10 +140,10 @@ def elastic_section(out_dir: str) -> str:
   return f"""
 ## Elastic training: a host lost, and back (`--elastic`)
 
-{faults_elastic.__doc__.split(chr(10) * 2, 2)[2].strip().replace("LOSE_AT", str(faults_elastic.LOSE_AT))
-    .replace("JOIN_FROZEN_S", f"{faults_elastic.JOIN_FROZEN_S} s")}
+{elastic.__doc__.split(chr(10) * 2, 2)[2].strip().replace("LOSE_AT", str(elastic.LOSE_AT))
+    .replace("JOIN_FROZEN_S", f"{elastic.JOIN_FROZEN_S} s")}
 
-{faults_elastic.table(report["rows"], report["resnet50_commit"], BEFORE)}
+{elastic.table(report["rows"], report["resnet50_commit"], BEFORE)}
 
 Measured: {row_commits(report["rows"])}.
 """

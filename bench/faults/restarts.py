@@ -1,5 +1,5 @@
-"""Rows of `make faults` (bench/faults.py's table) whose promise is what a restart does with a run's
-checkpoint, each with its own restart (bench/faults_run.Fault.restart):
+"""Rows of `make faults` (bench/faults/__main__.py's table) whose promise is what a restart does with a run's
+checkpoint, each with its own restart (bench/faults/run.Fault.restart):
 
 adascale-requeue-1rank: 2 ranks `--lr_scaling=adascale --global_batch_size=64` stopped (SIGTERM to
   horovodrun) mid-run, then the same command on 1 rank, where it used to be refused (exit 2: "trained
@@ -16,7 +16,7 @@ import hashlib
 import os
 import re
 
-from bench.faults_run import BASE_ARGS, RESUMED, Fault, read_summary, user_line
+from bench.faults.run import BASE_ARGS, RESUMED, Fault, read_summary, user_line
 from bench.harness.launches import Job, newest_checkpoint
 
 ADASCALE_ARGS = ("--lr_scaling=adascale", "--global_batch_size=64", "--epochs=3", "--noexport")

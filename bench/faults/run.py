@@ -1,4 +1,4 @@
-"""A row of `make faults` on one host (bench/faults.py's table): the Fault, its launch under
+"""A row of `make faults` on one host (bench/faults/__main__.py's table): the Fault, its launch under
 horovodrun, the fault, what it measured, and the same command again (resume).
 
 Each fault starts train.py under horovodrun (2 ranks, digits, a checkpoint every few steps) in a
@@ -50,7 +50,7 @@ class Fault:
   measure: object = None
   measure_resume: object = None
   gone_timeout: float = GONE_TIMEOUT_S  # a row whose restart evaluates a long held-out split twice needs longer
-  # The verdict of a row whose promise is its columns (bench/faults_verdicts.py, pure): verdict(row) ->
+  # The verdict of a row whose promise is its columns (verdicts.py, pure): verdict(row) ->
   # {"kept", "measured"} once the restart ran.
   verdict: object = None
   # restart(fault, model_dir, row) -> the restart's columns (resumed_from, resume_exit_status,
