@@ -23,9 +23,11 @@ One program, one folder:
   __main__.py  the table of faults and the command line
   run.py       a row's launch under horovodrun, its fault, what it measured, the same command again
   verdicts.py  the verdicts of the rows whose promise is their columns
-  data.py      issue 23's rows: a resume on half the ranks, a missing shard, a stop in a long
-               evaluation, an export that does not fit, and the digits records they read
-  restarts.py  the rows that judge a restart (AdaScale requeued on 1 rank, --eval_only on any ranks)
+  restarts.py  the rows that judge a restart (on half the ranks, AdaScale requeued on 1 rank,
+               --eval_only on any ranks)
+  data.py      the digits records issue 23's rows read, and a shard missing on one host
+  long_eval.py a stop during a long evaluation
+  export.py    an export that does not fit
   slurm.py     the Slurm rows (a real Slurm on 2 emulated hosts)
   elastic.py   the elastic rows (a host lost and back)
   report.py    results/faults.{md,json} and results/faults_elastic.json

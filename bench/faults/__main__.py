@@ -13,13 +13,16 @@ sys.path.insert(0, REPO)
 import bench.faults  # noqa: E402
 from bench.faults import elastic, slurm, verdicts as v  # noqa: E402
 from bench.faults.data import (  # noqa: E402
-    DATA_ARGS, EXPORT_ARGS, EXPORT_TMPFS, HALF_EPOCHS, HALF_STOP_AT, LONG_EVAL_ARGS, LONG_EVAL_COPIES, MISSING,
-    _data_root, export_measure, export_resume, half_ranks_after, half_ranks_before, long_eval_measure,
-    long_eval_program, long_eval_resume, long_eval_setup, missing_shard_measure, missing_shard_restore,
-    missing_shard_resume, missing_shard_setup, remove_data, sigterm_in_eval, stopped_in_eval)
+    DATA_ARGS, MISSING, data_root, missing_shard_measure, missing_shard_restore, missing_shard_resume,
+    missing_shard_setup, remove_data)
+from bench.faults.export import EXPORT_ARGS, EXPORT_TMPFS, export_measure, export_resume  # noqa: E402
+from bench.faults.long_eval import (  # noqa: E402
+    LONG_EVAL_ARGS, LONG_EVAL_COPIES, long_eval_measure, long_eval_program, long_eval_resume, long_eval_setup,
+    sigterm_in_eval, stopped_in_eval)
 from bench.faults.report import (  # noqa: E402
     failed_row, measured_at, merged, old_seconds, stamped, table, write_elastic, write_report)
-from bench.faults.restarts import ADASCALE_REQUEUE, EVAL_ONLY  # noqa: E402
+from bench.faults.restarts import (  # noqa: E402
+    ADASCALE_REQUEUE, EVAL_ONLY, HALF_EPOCHS, HALF_STOP_AT, half_ranks_after, half_ranks_before)
 from bench.faults.run import (  # noqa: E402
     Fault, _signal, _signal_group, _signal_ranks, both, prior_run, remount, run_fault, tmpfs, truncate_newest)
 from bench.harness.launches import per_rank_data_dir  # noqa: E402
@@ -64,7 +67,7 @@ FAULTS = [
           resume_np=1, measure=half_ranks_before, measure_resume=half_ranks_after),
     Fault("missing-shard", f"rank 1's copy of --data_dir lacks {MISSING} (each rank its own copy, as two hosts); "
           "then the shard restored and the same command", None, args=(*DATA_ARGS, "--max_steps=5"), at_step=0,
-          same_command=True, program=lambda model_dir: per_rank_data_dir(_data_root(model_dir)),
+          same_command=True, program=lambda model_dir: per_rank_data_dir(data_root(model_dir)),
           setup=missing_shard_setup, before_resume=missing_shard_restore, teardown=remove_data,
           measure=missing_shard_measure, measure_resume=missing_shard_resume),
     Fault("sigterm-long-eval", "SIGTERM to horovodrun's process group (mpirun: the ranks' SIGTERM 10 s later, SIGKILL "

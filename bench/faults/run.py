@@ -180,6 +180,9 @@ def _run_fault(fault: Fault, model_dir: str) -> dict:
 
 
 RESUMED = re.compile(r"resumed from \S*ckpt-(\d+) at step (\d+)")
+# rank 0's progress and evaluation lines, as the rows that judge a restart read them
+PROGRESS = re.compile(r"epoch +([\d.]+) +step +(\d+)/(\d+) +loss \S+ +top1 \S+ +lr ([\d.]+)")
+EVAL_LINE = re.compile(r"epoch +([\d.]+) +eval top1 ([\d.]+)")
 
 
 def resume(fault: Fault, model_dir: str, checkpoint_step: int | None, row: dict | None = None) -> dict:

@@ -28,7 +28,8 @@ import os
 import re
 import time
 
-from bench.faults.data import digits_records, heartbeat
+from bench.faults.data import digits_records
+from bench.faults.long_eval import heartbeat
 from bench.harness import slurm_jobs
 from input.datasets import DIGITS  # metadata only: no TensorFlow in this process
 from progress import emit, write_json_atomic
