@@ -29,6 +29,7 @@ One program, one folder:
   long_eval.py a stop during a long evaluation
   export.py    an export that does not fit
   slurm.py     the Slurm rows (a real Slurm on 2 emulated hosts)
-  elastic.py   the elastic rows (a host lost and back)
-  report.py    results/faults.{md,json} and results/faults_elastic.json
+  elastic.py   the elastic rows: a host lost and back, counted over many launches
+  elastic_join.py  elastic-join-dies: the host back, its rank killed in its set-up
+  report.py    results/faults.{md,json} and results/faults_elastic.json, the elastic rows' table
 """

@@ -12,6 +12,7 @@ sys.path.insert(0, REPO)
 
 import bench.faults  # noqa: E402
 from bench.faults import elastic, slurm, verdicts as v  # noqa: E402
+from bench.faults.elastic_join import join_dies  # noqa: E402
 from bench.faults.data import (  # noqa: E402
     DATA_ARGS, MISSING, data_root, missing_shard_measure, missing_shard_restore, missing_shard_resume,
     missing_shard_setup, remove_data)
@@ -25,6 +26,7 @@ from bench.faults.restarts import (  # noqa: E402
     ADASCALE_REQUEUE, EVAL_ONLY, HALF_EPOCHS, HALF_STOP_AT, half_ranks_after, half_ranks_before)
 from bench.faults.run import (  # noqa: E402
     Fault, _signal, _signal_group, _signal_ranks, both, prior_run, remount, run_fault, tmpfs, truncate_newest)
+from bench.harness.hosts import Hosts  # noqa: E402
 from bench.harness.launches import per_rank_data_dir  # noqa: E402
 from input.datasets import DIGITS  # noqa: E402  (metadata only: no TensorFlow in this process)
 from progress import emit  # noqa: E402
@@ -89,8 +91,36 @@ FAULTS = [
 ORDER = [f.name for f in FAULTS]
 
 
+def elastic_faults(only: str, workdir: str, launches: int = elastic.LAUNCHES) -> tuple[list[dict], dict | None]:
+  """The elastic rows chosen by --only (all when empty) on 2 emulated hosts, each lost-host row from
+  `launches` launches (elastic.py), elastic-join-dies (elastic_join.py), and ResNet-50's commit (None
+  if not run)."""
+  chosen = [name for name in elastic.NAMES if not only or name in only.split(",")]
+  if not chosen:
+    return [], None
+  hosts = Hosts(elastic.NAME, elastic.SUBNET, 2, os.path.join(workdir, "elastic-hosts.txt"))
+  why = hosts.up()
+  if why:
+    emit(f"faults: elastic rows skipped: no emulated hosts ({why})")
+    return [], None
+  out = []
+  try:
+    for name in chosen:
+      try:
+        out.append(join_dies(hosts, workdir) if name == elastic.JOIN_DIES
+                   else elastic.lose_and_join(hosts, workdir, name, launches))
+      except Exception as e:  # noqa: BLE001  (a row that could not be measured says why)
+        emit(f"faults: {name}: not measured: {str(e).splitlines()[0]}")
+        out.append({"fault": name, "what": "not measured", "launcher": elastic.LAUNCHER,
+                    "line": f"not measured: {str(e).splitlines()[0]}"})
+  finally:
+    hosts.down()
+  return out, elastic.resnet50_commit_seconds() if set(chosen) & set(elastic.FAULTS) else None
+
+
 def main(argv=None):
-  parser = argparse.ArgumentParser(prog="python -m bench.faults", description=bench.faults.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = argparse.ArgumentParser(prog="python -m bench.faults", description=bench.faults.__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--only", default="", help="comma-separated fault names (default: all)")
   parser.add_argument("--out_dir", default=os.path.join(REPO, "results"))
   parser.add_argument("--elastic_launches", type=int, default=elastic.LAUNCHES,
@@ -122,7 +152,7 @@ def main(argv=None):
       rows, seconds = merged(stamped([row], commit), report, time.time() - start, ORDER)
       start = time.time()
       write_report(rows, args.out_dir, seconds, commit)
-    elastic_rows, resnet50 = elastic.rows(args.only, workdir, args.elastic_launches)  # 2 emulated hosts
+    elastic_rows, resnet50 = elastic_faults(args.only, workdir, args.elastic_launches)  # 2 emulated hosts
     if elastic_rows:
       write_elastic(stamped(elastic_rows, commit), resnet50, args.out_dir)
       write_report(merged([], report, 0, ORDER)[0], args.out_dir, old_seconds(report), commit)

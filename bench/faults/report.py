@@ -143,10 +143,40 @@ def elastic_section(out_dir: str) -> str:
 {elastic.__doc__.split(chr(10) * 2, 2)[2].strip().replace("LOSE_AT", str(elastic.LOSE_AT))
     .replace("JOIN_FROZEN_S", f"{elastic.JOIN_FROZEN_S} s")}
 
-{elastic.table(report["rows"], report["resnet50_commit"], BEFORE)}
+{elastic_table(report["rows"], report["resnet50_commit"], BEFORE)}
 
 Measured: {row_commits(report["rows"])}.
 """
+
+
+def elastic_table(rows: list[dict], commit: dict | None, before: dict | None = None) -> str:
+  """The elastic section of results/faults.md (pure: rows in, markdown out). before: what a row's
+  fault did before the work that fixed it (BEFORE), '(new)' for the others."""
+  before = before or {}
+  out = ["| fault | before | allreduce | s from the loss to training | steps lost (commit every) | s from the "
+         "return to training together | worlds | a commit / a step (ms) | commit cost per step | exit | left | final "
+         "top-1 | replicas identical | the row's promise, measured |", "|---" * 14 + "|"]
+  for r in rows:
+    if "seconds_to_training" not in r:
+      out.append(f"| {r['fault']} | {before.get(r['fault'], '(new)')} | {r['line']} |" + " |" * 10 + f" {promise(r)} |")
+      continue
+    joined = r["seconds_to_join"] if r["seconds_to_join"] is not None else "never: " + (
+        "killed in its set-up" if r.get("killed_in_setup") else "killed after its set-up (not the case measured)")
+    counted = (f" ({r['launches']} launches: {r['hangs']} hung, {r['failed']} failed otherwise; medians over the "
+               f"{r['finished']} that finished)" if "launches" in r else "")
+    out.append(f"| {r['fault']}: {r['what']}{counted} | {before.get(r['fault'], '(new)')} | {r['allreduce']} | "
+               f"{r['seconds_to_training']} | {', '.join(map(str, r['steps_lost']))} ({r['commit_every']}) | "
+               f"{joined} | "
+               f"{' -> '.join(map(str, r['worlds']))} | {r['commit_ms']} / {r['step_ms']} | "
+               f"{r['commit_per_step']:.2%} | {r['exit_status']} | {r['processes_left']} | "
+               f"{r['final_top1']:.4f} | {r['replicas_identical']} | {promise(r)} |")
+  if commit:
+    ms = commit["seconds"] * 1000
+    out.append(f"\nA commit of ResNet-50's state with SGD momentum ({commit['bytes'] / 2**20:.0f} MiB copied to host "
+               f"memory on every rank, this CPU, median of 5): {ms:.0f} ms, so {ms / 10:.0f} ms a step at "
+               f"--elastic_commit_every=10; weigh it against the step time of the machine it runs on and the "
+               f"steps a lost host costs (at most --elastic_commit_every).")
+  return "\n".join(out)
 
 
 def old_seconds(path: str) -> float:

@@ -68,13 +68,13 @@ def test_the_elastic_table_shows_a_joiner_that_died_in_its_set_up():
          "seconds_to_training": 7.9, "steps_lost": [3, 0], "commit_every": 10, "seconds_to_join": None,
          "worlds": [2, 1, 1], "commit_ms": 16.8, "step_ms": 44.7, "commit_per_step": 0.0375, "exit_status": 0,
          "processes_left": 0, "final_top1": 0.9833, "replicas_identical": True, "killed_in_setup": True}
-  header, rule, line = faults_elastic.table([row], None, faults_report.BEFORE).splitlines()
+  header, rule, line = faults_report.elastic_table([row], None, faults_report.BEFORE).splitlines()
   assert header.count("|") == rule.count("|") == line.count("|") == 15
   assert faults_report.BEFORE["elastic-join-dies"] in line and "| never: killed in its set-up |" in line
   assert "| 3, 0 (10) |" in line and "| 2 -> 1 -> 1 |" in line
-  late = faults_elastic.table([dict(row, killed_in_setup=False)], None).splitlines()[2]
+  late = faults_report.elastic_table([dict(row, killed_in_setup=False)], None).splitlines()[2]
   assert "not the case measured" in late and "| (new) |" in late
-  joined = faults_elastic.table([dict(row, fault="elastic-horovod", seconds_to_join=23.4)], None).splitlines()[2]
+  joined = faults_report.elastic_table([dict(row, fault="elastic-horovod", seconds_to_join=23.4)], None).splitlines()[2]
   assert "| 23.4 |" in joined
 
 

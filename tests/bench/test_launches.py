@@ -1,4 +1,5 @@
-"""bench/harness/launches.py's and hosts.py's reading of a launch's log (the launches themselves: tests/multiprocess)."""
+"""bench/harness/launches.py's and hosts.py's reading of a launch's log (the launches themselves:
+tests/multiprocess)."""
 import pytest
 
 from bench.harness.hosts import regrown, stalled_after_horovod_died
