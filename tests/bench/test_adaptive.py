@@ -1,10 +1,10 @@
-"""make adaptive (bench/adaptive.py, bench/adaptive_report.py): the runs' flags and the report
+"""make adaptive (bench/adaptive/__main__.py, bench/adaptive/report.py): the runs' flags and the report
 from recorded runs, no launch."""
 import json
 
 import pytest
 
-from bench import adaptive, adaptive_report
+from bench.adaptive import __main__ as adaptive, report as adaptive_report
 
 
 def flag(flags, name):

@@ -30,7 +30,7 @@ import sys
 import time
 
 if __package__ in (None, ""):  # run as a file: the repository on the path
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from bench.harness.hosts import Hosts, regrown, world_sizes  # noqa: E402
 from bench.harness.launches import Job  # noqa: E402
@@ -293,7 +293,7 @@ def main(argv=None) -> None:
             "target": part_target}[part](args, args.runs_dir)
     out["parts"][part] = {**out["parts"].get(part, {}), **rows}  # rows of another --scales stay
   out["wall_seconds"] = round(time.time() - start, 1)
-  from bench import adaptive_report  # matplotlib only here
+  from bench.adaptive import report as adaptive_report  # matplotlib only here
   adaptive_report.write(out, args.out_dir)
   print(f"adaptive: wrote {args.out_dir}/adaptive.{{md,json,png}} in {out['wall_seconds']:.0f} s", flush=True)
 
