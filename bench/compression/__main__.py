@@ -98,7 +98,7 @@ def accuracy_runs_dir(args) -> str:
 
 
 def accuracy_part(args, result: dict) -> None:
-  from bench import time_to_accuracy
+  from bench.time_to_accuracy import __main__ as time_to_accuracy
   from bench.compression import accuracy
   time_to_accuracy.prepare_data()
   runs_dir = accuracy_runs_dir(args)

@@ -9,7 +9,7 @@ import dataclasses
 import os
 import time
 
-from bench import time_to_accuracy as tta
+from bench.time_to_accuracy import __main__ as tta
 from bench.compression import variants as V
 from bench.harness.train_runs import eval_curve, launch, read_events, record, reused
 

@@ -1,4 +1,4 @@
-"""train.py runs of the experiments on this machine: `make time-to-accuracy` (bench/time_to_accuracy.py)
+"""train.py runs of the experiments on this machine: `make time-to-accuracy` (bench/time_to_accuracy/)
 and `make noise-scale` (bench/noise_scale/).
 
 A Setting is one configuration of the large-batch recipe and its train.py flags; launch() runs

@@ -166,7 +166,7 @@ def main(argv=None) -> None:
   args = parse_args(argv)
   if os.geteuid() != 0:
     sys.exit("slow-links: needs root (network namespaces and tc for the emulated hosts)")
-  from bench import time_to_accuracy
+  from bench.time_to_accuracy import __main__ as time_to_accuracy
   time_to_accuracy.prepare_data()  # Fashion-MNIST's records, before any run's clock
   os.makedirs(args.runs_dir, exist_ok=True)
   study = Study(args)

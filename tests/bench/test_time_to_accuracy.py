@@ -1,14 +1,13 @@
-"""bench/time_to_accuracy.py's pure parts (no training): the settings' train.py flags, the curve
-from TensorBoard points, the report; bench/target_stats.py's aggregation over seeds, table and
-findings; and bench/harness/train_runs.py's record of a finished run that --reuse reads back. The exchange
-at the papers' scale: tests/bench/test_plan_scale.py."""
+"""bench/time_to_accuracy/'s pure parts (no training): the settings' train.py flags, the curve from
+TensorBoard points, the report; stats.py's aggregation over seeds, table and findings; and
+bench/harness/train_runs.py's record of a finished run that --reuse reads back. The exchange at the
+papers' scale (scale.py): tests/bench/test_time_to_accuracy_scale.py."""
 import json
 
 import pytest
 
-from bench import target_stats as ts
-from bench import time_to_accuracy as tta
 from bench.harness import train_runs
+from bench.time_to_accuracy import __main__ as tta, stats as ts
 
 FULL = tta.Budget(target=0.88, max_epochs=6)
 QUICK = tta.Budget(target=0.5, max_epochs=6, quick=True)

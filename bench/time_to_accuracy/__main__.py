@@ -23,8 +23,8 @@ their schedule and stop at the target).
   python -m bench.time_to_accuracy --quick --only=a --seeds=0 --out_dir=/tmp/tta   # smoke run
 
 Writes OUT_DIR/time_to_accuracy.json (every run), .md (the tables, the commands, the findings
-(bench/target_stats.py) and the exchange at the papers' scale, priced by the planner's model
-(bench/plan/scale.py)) and .png (held-out top-1 against wall time) after every run. A report covers the runs of its invocation: --only=a now and
+(stats.py) and the exchange at the papers' scale, priced by the planner's model
+(scale.py)) and .png (held-out top-1 against wall time) after every run. A report covers the runs of its invocation: --only=a now and
 the full set with --reuse later (the runs of a read back) writes the full report.
 """
 import argparse
@@ -34,12 +34,12 @@ import os
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # this program reads the events and builds ResNet-50
 
-from bench.plan.scale import at_scale, exchange_per_update, section as scale_section  # noqa: E402
-from bench.target_stats import aggregate, findings, table  # noqa: E402
+from bench.time_to_accuracy.scale import at_scale, exchange_per_update, section as scale_section  # noqa: E402
+from bench.time_to_accuracy.stats import aggregate, findings, table  # noqa: E402
 from bench.harness.train_runs import (Setting, command, eval_curve, launch, read_events, record, reused,  # noqa: E402
                               save_top1_figure)
 

@@ -1,8 +1,8 @@
 """`make time-to-accuracy`'s runs over their seeds: the statistics, the table and the findings (pure:
-run records of bench/time_to_accuracy.run_record in, numbers and markdown out)."""
+run records of bench/time_to_accuracy/__main__.run_record in, numbers and markdown out)."""
 import statistics
 
-from bench.plan.scale import dash
+from bench.time_to_accuracy.scale import dash
 from bench.harness.train_runs import Setting
 
 
