@@ -119,6 +119,17 @@ def _end_session(proc: subprocess.Popen) -> None:
       continue
 
 
+def prepare_fashion_mnist(program: str) -> None:
+  """Fashion-MNIST's records written before a study's first run (train.py's default --data_dir), so
+  no run's clock pays for it; the program's name and the reason, and exit, when they cannot be."""
+  from flags.config import ConfigError
+  from input import fashion_mnist
+  try:
+    fashion_mnist.write(os.path.join(REPO, "data", "fashion_mnist"))
+  except ConfigError as e:
+    sys.exit(f"{program}: {e}")
+
+
 def eval_curve(points, start: float, steps_per_epoch_: int) -> list[dict]:
   """Held-out evaluations from TensorBoard points (wall time s, step, tag, value), in step order:
   [{seconds since start, step, epoch, top1, top5}]; the last point of a step and tag wins."""
