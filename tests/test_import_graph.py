@@ -128,14 +128,14 @@ def _rel(module: str) -> str:
     ("input.pipeline", "comm.topology", True),
     ("comm.exchange", "comm.fusion", True),    # own package, own floor
     ("flags.data", "input.sources", True),
-    ("bench.bench_comm", "comm.exchange", True),
+    ("bench.allreduce.worker", "comm.exchange", True),
     ("comm.exchange", "flags.comm", False),    # the arrows issue 13 names
     ("input.pipeline", "flags.data", False),
     ("comm.topology", "input.sources", False),
     ("flags", "flags.data", False),            # flags/__init__ would run the checks on import
     ("flags.config", "comm.topology", False),
     ("models.resnet", "optimizers.lars", False),  # beside: packages on one floor stay apart
-    ("train", "bench.bench_comm", False),
+    ("train", "bench.allreduce.worker", False),
 ])
 def test_the_floor_plan_table(importer, imported, allowed):
   problem = upward(importer, imported)

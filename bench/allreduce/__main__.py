@@ -1,7 +1,7 @@
 """Communication benchmark in the style of nccl-tests: `make bench-comm`.
 
-  python bench/bench_comm.py            # the driver: every launch below, then the JSON and the plot
-  horovodrun -np 4 python bench/bench_comm.py --worker --ranks_per_node=2 --out=F   # one launch
+  python -m bench.allreduce            # the driver: every launch below, then the JSON and the plot
+  horovodrun -np 4 python -m bench.allreduce --worker --ranks_per_node=2 --out=F   # one launch
 
 Per launch (ranks, ranks per node, controller MPI or Gloo), rank 0 records
 (in this order, so that a launch stopped at its time share keeps the gradients):
@@ -27,7 +27,7 @@ import sys
 import time
 from statistics import median
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -276,7 +276,7 @@ def driver(args):
     part = os.path.join(args.out_dir, f".bench_comm-{np_}-{rpn}-{int(gloo)}.json")
     modes = args.modes if args.only else "sweep,gradients" + (",overlap" if (np_, gloo) == (2, False) else "")
     cmd = ["horovodrun", "-np", str(np_), "-H", f"localhost:{np_}", *(["--gloo"] if gloo else []),
-           sys.executable, os.path.abspath(__file__), "--worker", f"--ranks_per_node={rpn}",
+           sys.executable, "-m", "bench.allreduce", "--worker", f"--ranks_per_node={rpn}",
            f"--modes={modes}", f"--out={part}"] + (["--gloo"] if gloo else [])
     print(f"== {' '.join(cmd[:6])} ... --ranks_per_node={rpn} --modes={modes}", flush=True)
     timeout = args.budget_s or BUDGET_S * SHARE[(np_, rpn, gloo)]
@@ -314,7 +314,7 @@ def driver(args):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = argparse.ArgumentParser(prog="python -m bench.allreduce", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--worker", action="store_true", help="run as one rank of a launch")
   parser.add_argument("--ranks_per_node", type=int, default=0)
   parser.add_argument("--gloo", action="store_true", help="(worker) this launch runs on Gloo: no mpi4py floor")
