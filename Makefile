@@ -85,7 +85,7 @@ slurm-run:  ## CMD on imc-h1 against that Slurm, e.g. CMD="sbatch -N 2 --ntasks-
 
 .PHONY: bench-input
 bench-input: ops  ## input pipeline on real JPEGs (packaged photographs; ARGS=--images_dir=../shared/data/imagenet-sample for ImageNet's) vs the decoder limit; writes results/bench_input.{json,png}
-	$(PY) -m bench.bench_input $(ARGS)
+	$(PY) -m bench.input_pipeline $(ARGS)
 
 .PHONY: bench-comm
 bench-comm: ops  ## allreduce algorithms (horovod, flat, hier, hybrid, mpi4py floor), 2 and 4 ranks, MPI and Gloo; writes results/bench_comm.{json,png}

@@ -1,8 +1,8 @@
 """make bench-input: images/sec of the training input pipeline on real JPEGs,
 against the decoder's limit measured in the same run.
 
-  python -m bench.bench_input [--copies 100] [--batch_size 32] [--repeats 5]
-  python -m bench.bench_input --images_dir=../shared/data/imagenet-sample   # real ImageNet JPEGs
+  python -m bench.input_pipeline [--copies 100] [--batch_size 32] [--repeats 5]
+  python -m bench.input_pipeline --images_dir=../shared/data/imagenet-sample   # real ImageNet JPEGs
 
 Data: by default the 100 JPEGs bench/harness/samples.py cuts from the photographs that
 ship inside scikit-learn and matplotlib (nothing to download; smaller files
@@ -46,7 +46,7 @@ import time
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -158,7 +158,7 @@ def pipeline_rate(data_dir: str, batch_size: int, ranks: int, rank: int,
 def two_ranks(data_dir: str, batch_size: int, seconds: float) -> list[tuple[float, float]]:
   """(images/sec, cores used) of each of two ranks' pipelines running at the same time
   (separate processes)."""
-  procs = [subprocess.Popen([sys.executable, "-m", "bench.bench_input", "--worker", str(r), "--data_dir", data_dir,
+  procs = [subprocess.Popen([sys.executable, "-m", "bench.input_pipeline", "--worker", str(r), "--data_dir", data_dir,
                              "--batch_size", str(batch_size), "--seconds", str(seconds)],
                             cwd=REPO, stdout=subprocess.PIPE, text=True) for r in range(2)]
   return [tuple(map(float, p.communicate()[0].strip().splitlines()[-1].split())) for p in procs]
@@ -230,7 +230,7 @@ def summary(runs: dict, args, count: int, cores: int) -> dict:
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = argparse.ArgumentParser(prog="python -m bench.input_pipeline", description=__doc__.split("\n\n")[0])
   parser.add_argument("--images_dir", default=None,
                       help="a folder of <wnid>_<name>.JPEG files to measure on, e.g. ../shared/data/imagenet-sample "
                            "(default: the 100 JPEGs bench/harness/samples.py makes from packaged photographs)")
