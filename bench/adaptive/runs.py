@@ -4,14 +4,13 @@ recorded beside its model_dir (run.json) and read back with --reuse."""
 import json
 import os
 import shutil
-import sys
 import time
 
 from bench.adaptive.settings import (ALONE, CHANGE, EARLIER, ELASTIC_HOSTS, LOSE_AT, RANKS, budget_flags, change_phases,
                                      target_flags)
 from bench.harness.hosts import Hosts, regrown, world_sizes
 from bench.harness.launches import Job
-from bench.harness.train_runs import REPO, command, launch, read_events, record, reused
+from bench.harness.train_runs import REPO, command, launch, read_events, record, reused, shown
 
 
 def record_run(name: str, flags, model_dir: str, wall: float, commands: list[str]) -> dict:
@@ -26,10 +25,6 @@ def record_run(name: str, flags, model_dir: str, wall: float, commands: list[str
           "img_s": trace(points, "train/images_per_sec")}
   record(model_dir, done)
   return done
-
-
-def shown(cmd: list[str]) -> str:
-  return " ".join("python" if a == sys.executable else a for a in cmd)
 
 
 def trace(points, tag: str) -> list[list[float]]:

@@ -3,7 +3,8 @@ and `make noise-scale` (bench/noise_scale/).
 
 A Setting is one configuration of the large-batch recipe and its train.py flags; launch() runs
 train.py from scratch under horovodrun on this host; record() and reused() keep a finished run
-beside its model_dir, so a program started again with --reuse reads it back instead of training.
+beside its model_dir, so a program started again with --reuse reads it back instead of training;
+shown() is a launch's command as the results keep it, relative to the repository.
 """
 import dataclasses
 import glob
@@ -65,6 +66,15 @@ def cpu_model() -> str:
 def command(ranks: int, flags: list[str]) -> list[str]:
   """horovodrun with `ranks` ranks on this host, running train.py with flags in this interpreter."""
   return ["horovodrun", "-np", str(ranks), "-H", f"localhost:{ranks}", sys.executable, "train.py", *flags]
+
+
+def shown(cmd: list[str]) -> str:
+  """A launch's command as a user types it at the repository's root, as the results keep it: this
+  interpreter as `python`, and paths inside the repository relative to it (no directory of the
+  machine it ran on)."""
+  root = REPO + os.sep
+  return " ".join("python" if a == sys.executable or a.endswith(("/python", "/python3")) else a.replace(root, "")
+                  for a in cmd)
 
 
 def launch(ranks: int, flags: list[str], model_dir: str, timeout: float,

@@ -16,7 +16,7 @@ import time
 
 from bench.harness.hosts import CLUSTER_SH, Hosts, regrown, stalled_after_horovod_died, world_sizes
 from bench.harness.launches import Job
-from bench.harness.train_runs import read_events, record, reused
+from bench.harness.train_runs import read_events, record, reused, shown
 
 NAME, SUBNET = "imcsl", "198.18.41"  # a cluster of this program's own (others: 198.18.7-31)
 IFACE = f"{NAME}0"
@@ -50,10 +50,6 @@ def static_launcher(hosts: Hosts) -> list[str]:
   """horovodrun over Gloo on the head host, one rank on each of the hosts (no elastic driver)."""
   return ["bash", CLUSTER_SH, "run", "horovodrun", "--gloo", "-np", str(len(hosts.names)),
           "-H", ",".join(f"{h}:1" for h in hosts.names), "--network-interface", IFACE]
-
-
-def shown(cmd: list[str]) -> str:
-  return " ".join("python" if a.endswith("/python") or a.endswith("/python3") else a for a in cmd)
 
 
 def _curve(points, start: float) -> list[list[float]]:

@@ -2,9 +2,9 @@
 Fashion-MNIST, the target that ends a run, how long a run may go, and each run's train.py flags.
 make compression's accuracy part trains configuration (c) by these (bench/compression/accuracy.py)."""
 import dataclasses
-import sys
 
-from bench.harness.train_runs import Setting, command
+from bench.harness import train_runs
+from bench.harness.train_runs import Setting
 
 RANKS = 2
 TRAIN_IMAGES = 60_000  # Fashion-MNIST's training split; train.py's steps per epoch: this // global batch
@@ -97,4 +97,4 @@ def train_args(s: Setting, seed: int, budget: Budget, model_dir: str) -> list[st
 
 def shown(flags: list[str]) -> str:
   """The command a user would type for these flags."""
-  return " ".join("python" if a == sys.executable else a for a in command(RANKS, flags))
+  return train_runs.shown(train_runs.command(RANKS, flags))
