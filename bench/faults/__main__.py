@@ -21,7 +21,7 @@ from bench.faults.long_eval import (  # noqa: E402
     LONG_EVAL_ARGS, LONG_EVAL_COPIES, long_eval_measure, long_eval_program, long_eval_resume, long_eval_setup,
     sigterm_in_eval, stopped_in_eval)
 from bench.faults.report import (  # noqa: E402
-    failed_row, measured_at, merged, old_seconds, stamped, table, write_elastic, write_report)
+    failed_row, in_workdir, measured_at, merged, old_seconds, stamped, table, write_elastic, write_report)
 from bench.faults.restarts import (  # noqa: E402
     ADASCALE_REQUEUE, EVAL_ONLY, HALF_EPOCHS, HALF_STOP_AT, half_ranks_after, half_ranks_before)
 from bench.faults.run import (  # noqa: E402
@@ -144,17 +144,17 @@ def main(argv=None):
       except Exception as e:  # noqa: BLE001  (one fault that could not be measured is a row, not the end)
         row = failed_row(fault, e)
       # The report grows row by row: an interrupted run keeps what it measured.
-      rows, seconds = merged(stamped([row], commit), report, time.time() - start, ORDER)
+      rows, seconds = merged(stamped(in_workdir([row], workdir), commit), report, time.time() - start, ORDER)
       start = time.time()
       write_report(rows, args.out_dir, seconds, commit)
     slurm_rows, slurm_note = slurm.rows(args.only, workdir)  # Slurm on 2 emulated hosts (root)
     for row in slurm_rows:
-      rows, seconds = merged(stamped([row], commit), report, time.time() - start, ORDER)
+      rows, seconds = merged(stamped(in_workdir([row], workdir), commit), report, time.time() - start, ORDER)
       start = time.time()
       write_report(rows, args.out_dir, seconds, commit)
     elastic_rows, resnet50 = elastic_faults(args.only, workdir, args.elastic_launches)  # 2 emulated hosts
     if elastic_rows:
-      write_elastic(stamped(elastic_rows, commit), resnet50, args.out_dir)
+      write_elastic(stamped(in_workdir(elastic_rows, workdir), commit), resnet50, args.out_dir)
       write_report(merged([], report, 0, ORDER)[0], args.out_dir, old_seconds(report), commit)
   if slurm_note:
     slurm.add_note(args.out_dir, slurm_note)

@@ -60,6 +60,24 @@ def measured_at(repo: str) -> dict:
   return {"sha": git("rev-parse", "HEAD").strip() or None, "dirty": bool(changed), "changed": changed}
 
 
+WORKDIR = "$WORKDIR"  # the rows' temporary directory, as the report writes it
+
+
+def in_workdir(rows: list[dict], workdir: str) -> list[dict]:
+  """The rows with the temporary directory they ran in (workdir: their model_dirs, data and hosts
+  files) written WORKDIR in every line and measurement they quote: the report names no directory of
+  the machine it ran on, and a row reads the same from one run to the next."""
+  def relative(x):
+    if isinstance(x, str):
+      return x.replace(workdir, WORKDIR)
+    if isinstance(x, dict):
+      return {k: relative(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+      return [relative(v) for v in x]
+    return x
+  return [relative(r) for r in rows]
+
+
 def stamped(rows: list[dict], commit: dict) -> list[dict]:
   """The rows measured now, each with the commit it was measured at ({sha, dirty})."""
   return [dict(r, commit={"sha": commit["sha"], "dirty": commit["dirty"]}) for r in rows]
@@ -101,8 +119,9 @@ promise, measured": whether the row kept what docs/faults.md promises for its fa
 what it measured (the processes left and the restart's exit included), then what it measured; a
 row without one was measured before rows had verdicts. Exit statuses: 75 stopped by a signal after a
 checkpoint (resumable), 5 a peer lost (another rank died), 4 stalled, 3 diverged, 2 bad input;
-horovodrun killed by the signal itself shows as a negative number (-15: SIGTERM). How each fault
-is handled: docs/faults.md. {commit_note(rows, commit)}
+horovodrun killed by the signal itself shows as a negative number (-15: SIGTERM). The lines quoted
+write the temporary directory the rows ran in as {WORKDIR}. How each fault is handled: docs/faults.md.
+{commit_note(rows, commit)}
 
 {table(rows)}
 {elastic_section(out_dir)}""")

@@ -202,3 +202,14 @@ def test_the_report_says_the_commit_and_the_rows_of_other_commits():
       "Rows kept from an earlier run at another commit or tree: sigterm-launcher-mpi (aaaaaaaaaaaa, dirty).")
   assert faults_report.row_commits(rows) == ("sigterm-launcher-mpi at `aaaaaaaaaaaa` (dirty tree); old at an "
                                              "unrecorded commit; b at `bbbbbbbbbbbb`")
+
+
+def test_the_rows_name_their_temporary_directory_workdir_not_the_machines():
+  row = dict(ROW, line="stopped: SIGTERM received at step 16; checkpoint /tmp/faults-x1/sigterm-launcher-mpi/ckpt-16",
+             measured=["restart's line: resumed from /tmp/faults-x1/a/ckpt-46"],
+             per_launch=[{"dir": ("/tmp/faults-x1/b",)}])
+  (out,) = faults_report.in_workdir([row], "/tmp/faults-x1")
+  assert out["line"].endswith("checkpoint $WORKDIR/sigterm-launcher-mpi/ckpt-16")
+  assert out["measured"] == ["restart's line: resumed from $WORKDIR/a/ckpt-46"]
+  assert out["per_launch"] == [{"dir": ["$WORKDIR/b"]}] and out["exit_status"] == ROW["exit_status"]
+
