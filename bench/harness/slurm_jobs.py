@@ -1,4 +1,4 @@
-"""Slurm for real, for `make faults` (bench/faults_slurm.py) and tests/multiprocess/test_slurm.py:
+"""Slurm for real, for `make faults` (bench/faults/slurm.py) and tests/multiprocess/test_slurm.py:
 Debian's slurmctld, slurmd and munge started by scripts/slurm/local-slurm.sh, on this machine
 or over hosts of the emulated cluster (scripts/cluster/cluster.sh), and the project's sbatch
 scripts submitted as a user would.

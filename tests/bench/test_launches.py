@@ -67,4 +67,5 @@ def test_a_command_is_kept_as_typed_at_the_repository_root():
          f"{REPO}/scripts/elastic/discover_hosts.sh", sys.executable, "train.py", f"--model_dir={REPO}/runs/x",
          "--data_dir=/elsewhere/data"]
   assert shown(cmd) == ("bash scripts/cluster/cluster.sh run horovodrun --gloo --host-discovery-script "
-                        "scripts/elastic/discover_hosts.sh python train.py --model_dir=runs/x --data_dir=/elsewhere/data")
+                        "scripts/elastic/discover_hosts.sh python train.py --model_dir=runs/x "
+                        "--data_dir=/elsewhere/data")
