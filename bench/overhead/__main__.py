@@ -31,7 +31,7 @@ CONFIGS = {
 
 
 def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__.split("\n\n")[0])
   p.add_argument("--only", default=",".join(CONFIGS), help=f"configurations, of {', '.join(CONFIGS)}")
   p.add_argument("--launches", type=int, default=3, help="launches of each configuration (the median is reported)")
   p.add_argument("--quick", action="store_true", help="a smoke run: shorter runs (not comparable with full ones)")
