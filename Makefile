@@ -85,11 +85,11 @@ slurm-run:  ## CMD on imc-h1 against that Slurm, e.g. CMD="sbatch -N 2 --ntasks-
 
 .PHONY: bench-input
 bench-input: ops  ## input pipeline on real JPEGs (packaged photographs; ARGS=--images_dir=../shared/data/imagenet-sample for ImageNet's) vs the decoder limit; writes results/bench_input.{json,png}
-	$(PY) -m bench.bench_input $(ARGS)
+	$(PY) -m bench.input_pipeline $(ARGS)
 
 .PHONY: bench-comm
 bench-comm: ops  ## allreduce algorithms (horovod, flat, hier, hybrid, mpi4py floor), 2 and 4 ranks, MPI and Gloo; writes results/bench_comm.{json,png}
-	$(PY) bench/bench_comm.py $(ARGS)
+	$(PY) -m bench.allreduce $(ARGS)
 
 .PHONY: bench-overhead
 bench-overhead: ops  ## where train.py's wall time goes outside its steps: make train, Fashion-MNIST ResNet-8 4 epochs, ResNet-50 synthetic, 3 launches each; writes results/overhead.{json,md,png} (ARGS="--quick --launches=1 --out_dir=/tmp/o": a smoke run)

@@ -85,8 +85,8 @@ def _finding(precision: str, flags: frozenset[str]) -> tuple[str, str] | None:
 
 def cpu_lacks(precision: str, flags: frozenset[str]) -> str | None:
   """What a CPU with these flags lacks for `precision` to train faster than fp32, with the
-  measurement behind it (one clause, no full stop: bench/time_to_accuracy.py quotes it), or None
-  (fp32; AMX for it; unknown flags)."""
+  measurement behind it (one clause, no full stop: bench/time_to_accuracy/__main__.py quotes it), or
+  None (fp32; AMX for it; unknown flags)."""
   found = _finding(precision, flags)
   return found and found[0]
 

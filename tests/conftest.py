@@ -13,7 +13,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # The launches' environment (this venv first on PATH, the repository importable, Open MPI as
 # root): one definition, the one make faults and the Slurm jobs use.
-from bench.slurm_jobs import env as _env  # noqa: E402
+from bench.harness.slurm_jobs import env as _env  # noqa: E402
 
 # The network of the tests' train.py launches: what they check does not depend on it, and
 # resnet8 starts its first step 12-17 s sooner than the default resnet20 (models/__init__.py).

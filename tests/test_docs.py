@@ -106,3 +106,24 @@ def flag_table():
 ])
 def test_flag_table_cell(flag_table, text, expected):
   assert flag_table.cell(text) == expected
+
+
+def bench_targets() -> dict[str, str]:
+  """{make target: the bench program its recipe runs (python -m bench.NAME)} from the Makefile."""
+  with open(os.path.join(REPO, "Makefile")) as fh:
+    text = fh.read()
+  return dict(re.findall(r"^([a-z][\w-]*):[^\n]*\n(?:\t[^\n]*\n)*?\t[^\n]*-m bench\.(\w+)", text, re.M))
+
+
+def test_every_benchmark_target_runs_a_program_and_docs_benchmarks_names_it():
+  targets = bench_targets()
+  assert {"bench-input", "bench-comm", "faults", "plan", "slow-links"} <= set(targets)
+  with open(os.path.join(REPO, "docs", "benchmarks.md")) as fh:
+    page = fh.read()
+  with open(README) as fh:
+    assert "(docs/benchmarks.md)" in fh.read()
+  for target, program in targets.items():
+    assert os.path.exists(os.path.join(REPO, "bench", program, "__main__.py")), f"make {target}: no bench/{program}/"
+    assert f"| `make {target}` | [`{program}/`](../bench/{program}/) |" in page, \
+        f"docs/benchmarks.md has no row for make {target} (bench/{program}/)"
+

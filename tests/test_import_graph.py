@@ -24,6 +24,24 @@ MODULES = ("train", "progress")
 # bench/ is only checked for what it may import (anything below it), not for imports inside
 # functions: its workers import Horovod and the project once horovodrun has started them.
 LAZY_ALLOWED = ("bench",)
+# bench/: a folder per program (`python -m bench.NAME`, its make target) and bench.harness, what the
+# programs share. A program imports the harness, its own modules, and of another program only the
+# library modules named here, each with what it takes; the harness imports no program.
+BENCH_LIBRARIES = {
+    "bench.noise_scale.study": "make adaptive keeps make noise-scale's model, batch, LR policy and target",
+    "bench.time_to_accuracy.recipe": "make bench-compression's accuracy part trains make time-to-accuracy's (c)",
+    "bench.scaling.settings": "bench-compression's speed part repeats bench-scaling's launches: heap, batch, models",
+    "bench.scaling.timing": "... and times its ranks as bench-scaling's workers do",
+    "bench.scaling.simulate": "the stated P40 cluster and its allreduces, which the planner's pricing reads",
+    "bench.plan.exchange": "the planner's price of one exchange, make time-to-accuracy's at-scale section's too",
+}
+# Modules left in bench/ itself, and why: none is a program.
+BENCH_LOOSE = {
+    "__init__.py": "the package",
+    "launches.py": "bench.harness's Job and Hosts under the name tests/multiprocess/ imports (until it moves)",
+    "slurm_jobs.py": "bench.harness.slurm_jobs under the name tests/multiprocess/ imports (until it moves)",
+}
+BENCH_MAX_LINES = 300  # issue 43: a module of a bench folder past it holds two things
 
 
 def floor(module: str) -> int:
@@ -128,14 +146,14 @@ def _rel(module: str) -> str:
     ("input.pipeline", "comm.topology", True),
     ("comm.exchange", "comm.fusion", True),    # own package, own floor
     ("flags.data", "input.sources", True),
-    ("bench.bench_comm", "comm.exchange", True),
+    ("bench.allreduce.worker", "comm.exchange", True),
     ("comm.exchange", "flags.comm", False),    # the arrows issue 13 names
     ("input.pipeline", "flags.data", False),
     ("comm.topology", "input.sources", False),
     ("flags", "flags.data", False),            # flags/__init__ would run the checks on import
     ("flags.config", "comm.topology", False),
     ("models.resnet", "optimizers.lars", False),  # beside: packages on one floor stay apart
-    ("train", "bench.bench_comm", False),
+    ("train", "bench.allreduce.worker", False),
 ])
 def test_the_floor_plan_table(importer, imported, allowed):
   problem = upward(importer, imported)
@@ -202,3 +220,55 @@ def test_no_module_is_over_400_lines():
   long = {_rel(m): n for m, path in project_modules().items()
           if (n := sum(1 for _ in open(path, encoding="utf-8"))) > 400}
   assert not long, f"modules over 400 lines (split them by what they hold): {long}"
+
+
+def _program(module: str) -> str:
+  """bench.NAME's NAME (harness, or a program) of a module under bench/."""
+  return module.split(".")[1] if module.count(".") else ""
+
+
+def bench_problems(edges: dict[str, list[tuple[str, int, bool]]]) -> list[str]:
+  """Why each import between bench's folders breaks BENCH_LIBRARIES' rule (one sentence each)."""
+  found = [(m, t, line) for m, ts in edges.items() if m.startswith("bench.")
+           for t, line, _ in ts if t.startswith("bench.") and _program(t) not in (_program(m), "")]
+  problems = []
+  for m, t, line in _one_per_line(found):
+    if _program(m) == "harness":
+      problems.append(f"{m}:{line} imports {t}: the harness imports no program; move what both need into it")
+    elif _program(t) != "harness" and t not in BENCH_LIBRARIES:
+      problems.append(f"{m}:{line} imports {t}, another program's module: move what both need into bench/harness/, "
+                      "or name the module in BENCH_LIBRARIES with what it takes")
+  return problems
+
+
+@pytest.mark.parametrize("edges, broken", [
+    ({"bench.faults.run": [("bench.harness.launches", 3, False), ("bench.faults.verdicts", 4, False)]}, []),
+    ({"bench.compression.accuracy": [("bench.time_to_accuracy.recipe", 5, False)]}, []),
+    ({"bench.compression.accuracy": [("bench.time_to_accuracy.__main__", 5, False)]}, ["time_to_accuracy.__main__"]),
+    ({"bench.harness.train_runs": [("bench.plan.exchange", 7, True)]}, ["the harness imports no program"]),
+])
+def test_bench_problems(edges, broken):
+  problems = bench_problems(edges)
+  assert len(problems) == len(broken) and all(b in p for b, p in zip(broken, problems))
+
+
+def test_bench_programs_reach_each_other_only_through_named_libraries():
+  problems = bench_problems(graph())
+  assert not problems, "\n".join(problems)
+  known = project_modules()
+  assert not [m for m in BENCH_LIBRARIES if m not in known], "BENCH_LIBRARIES names a module that is gone"
+
+
+def test_bench_is_a_folder_per_program():
+  bench = os.path.join(REPO, "bench")
+  loose = sorted(set(n for n in os.listdir(bench) if n.endswith(".py")) - set(BENCH_LOOSE))
+  assert not loose, f"bench/{loose}: a program is a folder with its __main__.py, a shared helper bench/harness/'s"
+  folders = [d for d in os.listdir(bench) if os.path.exists(os.path.join(bench, d, "__init__.py"))]
+  without = [d for d in folders if d != "harness" and not os.path.exists(os.path.join(bench, d, "__main__.py"))]
+  assert not without, f"bench/{without}: each program folder runs as python -m bench.NAME (its __main__.py)"
+
+
+def test_no_bench_module_is_over_300_lines():
+  long = {_rel(m): n for m, path in project_modules().items() if m.startswith("bench.")
+          if (n := sum(1 for _ in open(path, encoding="utf-8"))) > BENCH_MAX_LINES}
+  assert not long, f"bench modules over {BENCH_MAX_LINES} lines (split them by what they hold): {long}"

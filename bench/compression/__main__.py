@@ -98,9 +98,9 @@ def accuracy_runs_dir(args) -> str:
 
 
 def accuracy_part(args, result: dict) -> None:
-  from bench import time_to_accuracy
   from bench.compression import accuracy
-  time_to_accuracy.prepare_data()
+  from bench.harness.train_runs import prepare_fashion_mnist
+  prepare_fashion_mnist("bench-compression")  # Fashion-MNIST's records, before any run's clock
   runs_dir = accuracy_runs_dir(args)
   result["accuracy"] = {"setup": accuracy.setup(args.quick), "runs": []}
   for seed in args.seeds_list:  # every configuration once before any twice: a stopped run still compares

@@ -9,9 +9,9 @@ import dataclasses
 import os
 import time
 
-from bench import time_to_accuracy as tta
 from bench.compression import variants as V
-from bench.train_runs import eval_curve, launch, read_events, record, reused
+from bench.harness.train_runs import REPO, eval_curve, launch, read_events, record, reused
+from bench.time_to_accuracy import recipe as tta
 
 SETTING = tta.SETTINGS["c"]
 RANKS = tta.RANKS
@@ -58,7 +58,7 @@ def run_record(key: str, seed: int, flags: list[str], summary: dict, curve: list
 def run(key: str, seed: int, runs_dir: str, reuse: bool, quick: bool) -> dict:
   """One accuracy run from scratch (or, with reuse, read back if its flags match)."""
   model_dir = os.path.join(runs_dir, f"{key}-seed{seed}")
-  flags = train_args(key, seed, os.path.relpath(model_dir, tta.REPO), quick)  # train.py runs in REPO
+  flags = train_args(key, seed, os.path.relpath(model_dir, REPO), quick)  # train.py runs in REPO
   done = reuse and reused(model_dir, {"flags": flags})
   note = " (reused)" if done else ""
   if not done:

@@ -11,7 +11,7 @@ import time
 
 from bench.compression import variants as V
 from bench.scaling.settings import MALLOC_ENV, REPO
-from bench.slurm_jobs import env as launch_env
+from bench.harness.slurm_jobs import env as launch_env
 
 CLUSTER, SUBNET = "imcc", "198.18.31"  # bench-scaling's is imcb on 198.18.30: both can exist
 IFACE = f"{CLUSTER}0"

@@ -30,7 +30,7 @@ import comm
 from bench.compression import variants as V
 from bench.scaling import timing
 from bench.scaling.settings import TRAIN_BATCH, TRAIN_MODELS
-from bench.train_step import default_optimizer
+from bench.harness.train_step import default_optimizer
 from comm import cost_model, probe
 from comm.exchange import cost_of, make_compression, make_gradient_exchange
 from models import build_model

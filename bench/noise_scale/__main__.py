@@ -8,7 +8,7 @@ if __package__ in (None, ""):  # run as a file: the repository on the path
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from bench.noise_scale import cost, report, study  # noqa: E402
-from bench.train_runs import REPO  # noqa: E402
+from bench.harness.train_runs import REPO  # noqa: E402
 
 
 def pairs(p, flag: str, text: str, kind) -> dict:
@@ -23,7 +23,7 @@ def pairs(p, flag: str, text: str, kind) -> dict:
 
 
 def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__)
+  p = argparse.ArgumentParser(prog="python -m bench.noise_scale", description=__doc__)
   p.add_argument("--reuse", action="store_true", help="read back runs whose flags match instead of training again")
   p.add_argument("--cost", action="store_true", help="measure --noise_scale's cost per step instead of the study")
   p.add_argument("--quick", action="store_true", help="a smoke run: batches 64 and 128, target 0.3, half an epoch")

@@ -5,7 +5,7 @@ import os
 import statistics
 
 from bench.noise_scale import study
-from bench.train_runs import REPO, launch
+from bench.harness.train_runs import REPO, launch
 
 STEPS = 300
 ROUNDS = 3

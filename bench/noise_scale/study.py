@@ -1,10 +1,9 @@
 """The study's runs: train.py's flags for one (batch, LR), the LR search for one batch, a run read back."""
 import dataclasses
 import os
-import sys
 import time
 
-from bench.train_runs import REPO, command, eval_curve, launch, read_events, record, reused
+from bench.harness.train_runs import REPO, command, eval_curve, launch, read_events, record, reused, shown
 
 RANKS = 2
 MODEL = "resnet8"
@@ -90,7 +89,7 @@ def run(batch: int, peak_lr: float, budget: Budget, runs_dir: str, reuse: bool, 
     points = read_events(model_dir)
     noise = summary.get("noise_scale") or {}
     done = {"batch": batch, "accumulation": batch // (RANKS * BN_BATCH), "peak_lr": peak_lr, "cap": max_steps,
-            "flags": flags, "command": " ".join("python" if a == sys.executable else a for a in command(RANKS, flags)),
+            "flags": flags, "command": shown(command(RANKS, flags)),
             "status": summary["status"], "reached": bool(summary.get("target_reached")),
             "target_step": summary.get("target_step"), "target_epoch": summary.get("target_epoch"),
             "steps": summary["steps"], "epochs": summary["epochs"], "images_per_sec": summary["images_per_sec"],

@@ -16,7 +16,7 @@ if __package__ in (None, ""):  # run as a file: the repository on the path
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from bench.overhead import ledgers, report  # noqa: E402
-from bench.train_runs import REPO, cpu_model, launch, record, reused  # noqa: E402
+from bench.harness.train_runs import REPO, cpu_model, launch, record, reused  # noqa: E402
 
 # name: (what it is, ranks, train.py's flags, --quick's flags instead)
 CONFIGS = {
@@ -31,7 +31,7 @@ CONFIGS = {
 
 
 def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__.split("\n\n")[0])
   p.add_argument("--only", default=",".join(CONFIGS), help=f"configurations, of {', '.join(CONFIGS)}")
   p.add_argument("--launches", type=int, default=3, help="launches of each configuration (the median is reported)")
   p.add_argument("--quick", action="store_true", help="a smoke run: shorter runs (not comparable with full ones)")

@@ -24,7 +24,8 @@ each number of ranks, the least time, the least GPU-hours, where doubling the ra
 as extrapolated (the least time given at a measured batch or below first).
 
   workload.py  a summary.json read into a Workload, or ResNet-50 on ImageNet stated from the papers
-  exchange.py  clusters and what one exchange costs on them (also time_to_accuracy's, via scale.py)
+  exchange.py  clusters and what one exchange costs on them (also make time-to-accuracy's at-scale
+               section, bench/time_to_accuracy/scale.py)
   predict.py   the steps and compute models, the time to the target at each (ranks, per-rank batch, accumulation)
   validate.py  the steps model out of sample: leave-one-out, and B_crit's bootstrap interval
   report.py    the answers, the tables, the figure and the JSON

@@ -20,7 +20,7 @@ import comm
 from bench.scaling import calibrate, replay, timing
 from bench.scaling.settings import (ALGORITHMS, HOROVOD_FUSION_MB, LARGE_CASE_TURNS, MB, SMALL_CASE_BYTES,
                                     SMALL_CASE_CALLS, SMALL_CASE_TURNS, THRESHOLD_MB, TRAIN_BATCH)
-from bench.train_step import default_optimizer
+from bench.harness.train_step import default_optimizer
 from comm import hierarchical
 from comm.cost_model import parse
 from comm.exchange import GradientExchange

@@ -1,7 +1,7 @@
 """`make slow-links` (issue 38, item 5): stock Horovod against this project's exchange, adaptive
 batch and compression, where links are slow, by the time to a held-out accuracy.
 
-ResNet-8 on Fashion-MNIST on 2 and 4 emulated hosts of one rank each (bench/launches.Hosts:
+ResNet-8 on Fashion-MNIST on 2 and 4 emulated hosts of one rank each (bench/harness/hosts.Hosts:
 network namespaces joined by tc rate-limited links, on this machine's cores), at a rate where the
 exchange dominates a step (20 Mbit/s: ResNet-8's 0.3 MB of gradients take ~0.12 s a step between
 2 hosts, a micro-batch of 32 ~0.04 s) and with the links unshaped. Arms (bench/slow_links/arms.py):

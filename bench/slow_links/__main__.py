@@ -17,7 +17,7 @@ if __package__ in (None, ""):  # run as a file: the repository on the path
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from bench.slow_links import arms, launch, summary  # noqa: E402
-from bench.train_runs import REPO, cpu_model  # noqa: E402
+from bench.harness.train_runs import REPO, cpu_model, prepare_fashion_mnist  # noqa: E402
 
 PARTS = ("stock", "auto", "adaptive", "joint", "lost", "budget")
 
@@ -166,8 +166,7 @@ def main(argv=None) -> None:
   args = parse_args(argv)
   if os.geteuid() != 0:
     sys.exit("slow-links: needs root (network namespaces and tc for the emulated hosts)")
-  from bench import time_to_accuracy
-  time_to_accuracy.prepare_data()  # Fashion-MNIST's records, before any run's clock
+  prepare_fashion_mnist("slow-links")  # Fashion-MNIST's records, before any run's clock
   os.makedirs(args.runs_dir, exist_ok=True)
   study = Study(args)
   for seed in args.seeds:

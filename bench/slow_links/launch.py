@@ -1,4 +1,4 @@
-"""The study's launches on an emulated cluster (bench/launches.Hosts at a link rate): one
+"""The study's launches on an emulated cluster (bench/harness/hosts.Hosts at a link rate): one
 configuration's hosts up, each run of train.py on them, the bytes the kernel counted on each
 host's link, the run's record (run.json beside its model_dir, read back with --reuse).
 
@@ -14,8 +14,9 @@ import shutil
 import subprocess
 import time
 
-from bench.launches import CLUSTER_SH, Hosts, Job, regrown, stalled_after_horovod_died, world_sizes
-from bench.train_runs import read_events, record, reused
+from bench.harness.hosts import CLUSTER_SH, Hosts, regrown, stalled_after_horovod_died, world_sizes
+from bench.harness.launches import Job
+from bench.harness.train_runs import read_events, record, reused, shown
 
 NAME, SUBNET = "imcsl", "198.18.41"  # a cluster of this program's own (others: 198.18.7-31)
 IFACE = f"{NAME}0"
@@ -49,10 +50,6 @@ def static_launcher(hosts: Hosts) -> list[str]:
   """horovodrun over Gloo on the head host, one rank on each of the hosts (no elastic driver)."""
   return ["bash", CLUSTER_SH, "run", "horovodrun", "--gloo", "-np", str(len(hosts.names)),
           "-H", ",".join(f"{h}:1" for h in hosts.names), "--network-interface", IFACE]
-
-
-def shown(cmd: list[str]) -> str:
-  return " ".join("python" if a.endswith("/python") or a.endswith("/python3") else a for a in cmd)
 
 
 def _curve(points, start: float) -> list[list[float]]:
@@ -94,7 +91,7 @@ def _record(key: dict, model_dir: str, job: Job, start: float, before: dict, aft
   else:
     run["tail"] = job.tail(3000)
   if stalled_after_horovod_died(err):
-    run["hang"] = "Horovod's race: a survivor hung after its background loop died (bench/launches.py)"
+    run["hang"] = "Horovod's race: a survivor hung after its background loop died (bench/harness/hosts.py)"
   if summary:
     record(model_dir, run)
   return run

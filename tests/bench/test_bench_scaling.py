@@ -257,7 +257,7 @@ def test_training_table_efficiency_against_one_rank():
 
 
 def test_bench_step_is_train_py_default_optimizer():
-  from bench.train_step import default_optim
+  from bench.harness.train_step import default_optim
   config = default_optim()
   assert (config.optimizer, config.momentum, config.weight_decay, config.precision) == ("sgd", 0.9, 5e-4, "fp32")
 

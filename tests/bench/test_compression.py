@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bench.compression import accuracy, report, speed, tables, variants as V
+from bench.compression import accuracy, report, speed, tables, targets, variants as V
 from bench.compression.__main__ import parse_args
 from comm.cost_model import CostModel, Link
 from comm.topology import World
@@ -185,15 +185,15 @@ def test_speed_rows_slowest_rate_first_with_cut_efficiency_and_model_ratio():
 def test_model_target_counts_autos_rows():
   # rank 4's rows within 25%, auto's (chose PowerSGD) 1.5x its prediction: left out, the target read met
   rows = report.speed_rows(result(auto_ratio=1.5))
-  what, measured, ok = report.model_target(rows)
+  what, measured, ok = targets.model_target(rows)
   assert ok is False and "auto's" in what
   assert measured.startswith("2 of 3 rows: powersgd 2 of 2, auto 0 of 1 (outside: 1.50 at 500mbit, 2 hosts)")
   assert "75-80% of each prediction is the encode" in measured
-  assert report.model_target(report.speed_rows(result()))[1].startswith("3 of 3 rows: powersgd 2 of 2, auto 1 of 1;")
+  assert targets.model_target(report.speed_rows(result()))[1].startswith("3 of 3 rows: powersgd 2 of 2, auto 1 of 1;")
 
 
 def test_model_parts_say_the_link_part_apart():
-  text = report.model_parts(report.speed_rows(result()))
+  text = targets.model_parts(report.speed_rows(result()))
   assert "| 500mbit | 2 | powersgd-r4 | 100 | 80% | 20 | 100 | 50 | 2.50 |" in text
   assert "| 500mbit | 2 | auto (powersgd) | 100 | 80% |" in text and "| 10gbit | 2 | auto (none) |" not in text
   assert "The encode is 75-80% of each compressed row's prediction" in text
@@ -202,7 +202,7 @@ def test_model_parts_say_the_link_part_apart():
 
 def verdicts(res):
   rows = report.speed_rows(res)
-  return [ok for _, _, ok in report.targets(rows, tables.accuracy_stats(res["accuracy"]["runs"]))]
+  return [ok for _, _, ok in targets.targets(rows, tables.accuracy_stats(res["accuracy"]["runs"]))]
 
 
 def test_targets_met():
@@ -219,7 +219,7 @@ def test_targets_missed():
 @pytest.mark.parametrize("gap, seeds, want", [(2.31, [0], "2.31 points below it, 1 seed"),
                                                (-0.4, [0, 1], "0.40 points above it, 2 seeds")])
 def test_below_says_the_side_and_the_seeds(gap, seeds, want):
-  assert report.below(gap, "it", seeds) == want
+  assert targets.below(gap, "it", seeds) == want
 
 
 def test_targets_not_measured_without_rows():

@@ -1,6 +1,7 @@
-"""bench/faults_elastic.py's counting of lost-host launches (pure: what launches returned in,
-the row and its table line out; the launches themselves are make faults')."""
-from bench import faults_elastic
+"""bench/faults/elastic.py's counting of lost-host launches, elastic_join.py's verdict and report.py's
+table (pure: what launches returned in, the row and its table line out; the launches themselves are
+make faults')."""
+from bench.faults import elastic as faults_elastic, elastic_join, report as faults_report
 
 DIED = ("[1]<stderr>:[2026-12-05 08:41:07.512: E horovod/common/operations.cc:697] [0]: Horovod background loop "
         "uncaught exception: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer\n")
@@ -41,7 +42,7 @@ def test_a_row_counts_its_launches_and_hangs_and_takes_medians_over_the_finished
   assert row["worlds"] == [2, 1, 2] and row["worlds_seen"] == {"2 -> 1 -> 2": 2, "2 -> 1 -> 1 -> 2": 1}
   assert row["exit_status"] == 0 and row["replicas_identical"] and "step 25 (median)" in row["what"]
   assert [f["launch"] for f in row["failures"]] == [4, 5] and len(row["per_launch"]) == 5
-  line = faults_elastic.table([row], None).splitlines()[2]
+  line = faults_report.elastic_table([row], None).splitlines()[2]
   assert "(5 launches: 1 hung, 1 failed otherwise; medians over the 3 that finished)" in line
   assert "| 2 (10) |" in line and "| 2 -> 1 -> 2 |" in line
 
@@ -49,7 +50,7 @@ def test_a_row_counts_its_launches_and_hangs_and_takes_medians_over_the_finished
 def test_a_row_where_no_launch_finished_says_so():
   row = faults_elastic.aggregate("elastic-hybrid", [failed("hang", "x"), failed("hang", "y")])
   assert row["hangs"] == 2 and row["line"] == "not measured: no launch finished (every launch hung)"
-  assert "not measured: no launch finished" in faults_elastic.table([row], None)
+  assert "not measured: no launch finished" in faults_report.elastic_table([row], None)
 
 
 def test_a_row_is_kept_only_when_every_launch_finished_and_kept_its_promise():
@@ -57,7 +58,7 @@ def test_a_row_is_kept_only_when_every_launch_finished_and_kept_its_promise():
                                  [finished(status="finished"), finished(status="finished")])
   assert row["kept"] and row["flags"] == " ".join(faults_elastic.ADAPTIVE) and row["allreduce"] == "horovod"
   assert row["measured"][0] == "2 of 2 launches finished (0 hung, 0 failed otherwise)"
-  assert "--compression=powersgd" in row["what"] and "| kept: 2 of 2 launches finished" in faults_elastic.table(
+  assert "--compression=powersgd" in row["what"] and "| kept: 2 of 2 launches finished" in faults_report.elastic_table(
       [row], None)
   lost = faults_elastic.aggregate("elastic-horovod", [finished(status="finished"),
                                                       finished(status="finished", steps_lost=[12])])
@@ -72,10 +73,10 @@ def test_a_row_is_kept_only_when_every_launch_finished_and_kept_its_promise():
 def test_a_joiner_that_died_in_its_set_up_is_kept_when_the_survivor_trained_on_alone():
   row = {"worlds": [2, 1, 1], "steps_lost": [3, 0], "status": "finished", "exit_status": 0, "processes_left": 0,
          "replicas_identical": True, "killed_in_setup": True}
-  assert faults_elastic.join_dies_kept(row)["kept"]
-  assert not faults_elastic.join_dies_kept(dict(row, worlds=[2, 1, 2]))["kept"]  # it joined: not the case
-  assert not faults_elastic.join_dies_kept(dict(row, killed_in_setup=False))["kept"]
-  assert not faults_elastic.join_dies_kept(dict(row, exit_status=4))["kept"]
+  assert elastic_join.join_dies_kept(row)["kept"]
+  assert not elastic_join.join_dies_kept(dict(row, worlds=[2, 1, 2]))["kept"]  # it joined: not the case
+  assert not elastic_join.join_dies_kept(dict(row, killed_in_setup=False))["kept"]
+  assert not elastic_join.join_dies_kept(dict(row, exit_status=4))["kept"]
 
 
 def test_a_failed_launch_keeps_where_its_worlds_were():

@@ -1,10 +1,11 @@
-"""bench/faults.py's pure parts: the report table (bench/faults_report.py) and a partial run merged into
-the report, a row's measurements merged (bench/faults_run.py), the progress lines issue 23's rows read
-(bench/faults_data.py), and every row's verdict from what it measured (bench/faults_verdicts.py,
-faults_data.py, faults_restarts.py): kept on a fixture row, not kept when one promise breaks."""
+"""bench/faults/'s pure parts: the report table (report.py) and a partial run merged into the report, a
+row's measurements merged (run.py), the progress lines a restart's row reads (restarts.py), and every
+row's verdict from what it measured (verdicts.py, long_eval.py, export.py, restarts.py): kept on a
+fixture row, not kept when one promise breaks."""
 import json
 
-from bench import faults, faults_data, faults_elastic, faults_report, faults_restarts, faults_run, faults_verdicts
+from bench.faults import __main__ as faults, elastic as faults_elastic, export, long_eval, report as faults_report
+from bench.faults import restarts as faults_restarts, run as faults_run, verdicts as faults_verdicts
 
 ROW = {"fault": "sigterm-launcher-mpi", "what": "SIGTERM to horovodrun's pid", "launcher": "horovodrun MPI, 2 ranks",
        "seconds_to_gone": 3.2, "exit_status": -15, "step_at_fault": 30, "last_step": 31, "checkpoint_step": 31,
@@ -51,7 +52,7 @@ def test_the_issue_23_rows_are_known_and_have_a_before():
   half = next(f for f in faults.FAULTS if f.name == "resume-half-ranks")
   assert half.resume_np == 1 and half.same_command and "the restart on 1 rank" in faults_run.launcher_of(half)
   # A digits epoch trains the images of its whole global batches, the same at 64 and at 32.
-  assert faults_data._epoch_images(64) == faults_data._epoch_images(32) == 1472
+  assert faults_restarts._epoch_images(64) == faults_restarts._epoch_images(32) == 1472
 
 
 def test_progress_lines_are_read_for_the_epoch_and_the_lr():
@@ -59,7 +60,7 @@ def test_progress_lines_are_read_for_the_epoch_and_the_lr():
           "    1673.9 img/s  eta 0:00:10\n"
           "[1,0]<stderr>:epoch   1.37  step     63/184  loss 1.2000  top1 0.520  lr 0.06739    900.0 img/s"
           "  eta 0:00:20\n")
-  assert faults_data._progress(text) == [(1.35, 31, 0.13043), (1.37, 63, 0.06739)]
+  assert faults_restarts._progress(text) == [(1.35, 31, 0.13043), (1.37, 63, 0.06739)]
 
 
 def test_the_elastic_table_shows_a_joiner_that_died_in_its_set_up():
@@ -67,13 +68,13 @@ def test_the_elastic_table_shows_a_joiner_that_died_in_its_set_up():
          "seconds_to_training": 7.9, "steps_lost": [3, 0], "commit_every": 10, "seconds_to_join": None,
          "worlds": [2, 1, 1], "commit_ms": 16.8, "step_ms": 44.7, "commit_per_step": 0.0375, "exit_status": 0,
          "processes_left": 0, "final_top1": 0.9833, "replicas_identical": True, "killed_in_setup": True}
-  header, rule, line = faults_elastic.table([row], None, faults_report.BEFORE).splitlines()
+  header, rule, line = faults_report.elastic_table([row], None, faults_report.BEFORE).splitlines()
   assert header.count("|") == rule.count("|") == line.count("|") == 15
   assert faults_report.BEFORE["elastic-join-dies"] in line and "| never: killed in its set-up |" in line
   assert "| 3, 0 (10) |" in line and "| 2 -> 1 -> 1 |" in line
-  late = faults_elastic.table([dict(row, killed_in_setup=False)], None).splitlines()[2]
+  late = faults_report.elastic_table([dict(row, killed_in_setup=False)], None).splitlines()[2]
   assert "not the case measured" in late and "| (new) |" in late
-  joined = faults_elastic.table([dict(row, fault="elastic-horovod", seconds_to_join=23.4)], None).splitlines()[2]
+  joined = faults_report.elastic_table([dict(row, fault="elastic-horovod", seconds_to_join=23.4)], None).splitlines()[2]
   assert "| 23.4 |" in joined
 
 
@@ -149,23 +150,23 @@ def test_a_stop_during_the_evaluation_is_kept_between_its_batches_before_the_sig
   row = dict(ROW, line=STOP.replace("15 (epoch 0.65)", "23 (epoch 1.00)").replace("ckpt-15", "ckpt-23"),
              checkpoint_step=23, seconds_to_summary=1.4, seconds_to_ranks_gone=11.2, evaluated_in_run=False,
              rank_exits=[], summary_status="stopped")
-  assert faults_data.stopped_in_eval(row)["kept"]
-  assert not faults_data.stopped_in_eval(dict(row, seconds_to_ranks_gone=20.1))["kept"]  # SIGKILLed in it
-  assert not faults_data.stopped_in_eval(dict(row, summary_status="finished"))["kept"]
-  assert not faults_data.stopped_in_eval(dict(row, rank_exits=[137]))["kept"]
-  assert not faults_data.stopped_in_eval(dict(row, seconds_to_summary=None))["kept"]
-  assert not faults_data.stopped_in_eval(dict(row, evaluated_in_run=True))["kept"]
-  assert not faults_data.stopped_in_eval(dict(row, checkpoint_step=20))["kept"]
+  assert long_eval.stopped_in_eval(row)["kept"]
+  assert not long_eval.stopped_in_eval(dict(row, seconds_to_ranks_gone=20.1))["kept"]  # SIGKILLed in it
+  assert not long_eval.stopped_in_eval(dict(row, summary_status="finished"))["kept"]
+  assert not long_eval.stopped_in_eval(dict(row, rank_exits=[137]))["kept"]
+  assert not long_eval.stopped_in_eval(dict(row, seconds_to_summary=None))["kept"]
+  assert not long_eval.stopped_in_eval(dict(row, evaluated_in_run=True))["kept"]
+  assert not long_eval.stopped_in_eval(dict(row, checkpoint_step=20))["kept"]
 
 
 def test_a_finished_run_started_again_says_so_trains_nothing_and_exports():
   over = ("[1,0]<stderr>:20:01:02 this run already finished at step 10 (epoch 0.43), held-out top1 0.3867; nothing "
           "trained, summary.json kept (more --epochs or --max_steps trains on)\n")
-  assert faults_data.finished_again(over, 10, True, True)["kept"]
-  assert not faults_data.finished_again(over, 10, False, True)["kept"]  # summary.json rewritten
-  assert not faults_data.finished_again(over, 10, True, False)["kept"]  # not exported
-  assert not faults_data.finished_again(over + "epoch   0.48  step     11/600  loss 2.1", 10, True, True)["kept"]
-  assert not faults_data.finished_again("", 10, True, True)["kept"]
+  assert export.finished_again(over, 10, True, True)["kept"]
+  assert not export.finished_again(over, 10, False, True)["kept"]  # summary.json rewritten
+  assert not export.finished_again(over, 10, True, False)["kept"]  # not exported
+  assert not export.finished_again(over + "epoch   0.48  step     11/600  loss 2.1", 10, True, True)["kept"]
+  assert not export.finished_again("", 10, True, True)["kept"]
 
 
 def test_an_adascale_requeue_resumes_at_the_stops_tau_with_base_batch_32():
@@ -201,3 +202,14 @@ def test_the_report_says_the_commit_and_the_rows_of_other_commits():
       "Rows kept from an earlier run at another commit or tree: sigterm-launcher-mpi (aaaaaaaaaaaa, dirty).")
   assert faults_report.row_commits(rows) == ("sigterm-launcher-mpi at `aaaaaaaaaaaa` (dirty tree); old at an "
                                              "unrecorded commit; b at `bbbbbbbbbbbb`")
+
+
+def test_the_rows_name_their_temporary_directory_workdir_not_the_machines():
+  row = dict(ROW, line="stopped: SIGTERM received at step 16; checkpoint /tmp/faults-x1/sigterm-launcher-mpi/ckpt-16",
+             measured=["restart's line: resumed from /tmp/faults-x1/a/ckpt-46"],
+             per_launch=[{"dir": ("/tmp/faults-x1/b",)}])
+  (out,) = faults_report.in_workdir([row], "/tmp/faults-x1")
+  assert out["line"].endswith("checkpoint $WORKDIR/sigterm-launcher-mpi/ckpt-16")
+  assert out["measured"] == ["restart's line: resumed from $WORKDIR/a/ckpt-46"]
+  assert out["per_launch"] == [{"dir": ["$WORKDIR/b"]}] and out["exit_status"] == ROW["exit_status"]
+

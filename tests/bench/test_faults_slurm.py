@@ -1,8 +1,8 @@
-"""What bench/faults_slurm.py reads from a batch log (common.sh's and train.py's lines), and which
+"""What bench/faults/slurm.py reads from a batch log (common.sh's and train.py's lines), and which
 rows --only picks; the launches themselves run under `make faults` and tests/multiprocess/test_slurm.py."""
 import pytest
 
-from bench import faults_slurm
+from bench.faults import slurm as faults_slurm
 
 # A preempted, requeued job's log (cpu_nodes.sbatch, srun, 2 hosts), cut to the lines that matter.
 FIRST = """job 7: 2 node(s) [imcsfault-h[1-2]], 2 ranks, launcher srun, run 0 (requeues so far)

@@ -1,7 +1,13 @@
-"""bench/launches.py's reading of a launch's log (the launches themselves: tests/multiprocess)."""
+"""bench/harness/launches.py's and hosts.py's reading of a launch's log (the launches themselves:
+tests/multiprocess), and train_runs.shown's command as the results keep it."""
+import sys
+
 import pytest
 
-from bench.launches import last_step, regrown, stalled_after_horovod_died
+from bench.harness import REPO
+from bench.harness.hosts import regrown, stalled_after_horovod_died
+from bench.harness.launches import last_step
+from bench.harness.train_runs import shown
 
 LINEAR = "[1,0]<stderr>:epoch   0.35  step      8/276  loss 2.2830  top1 0.281  lr 0.03043     1712.3 img/s  eta 0:00:10\n"
 ADASCALE = ("[0]<stderr>:epoch   3.72  update    102  loss 0.2289  top1 0.938  lr 0.01067  B_simple     222  "
@@ -54,3 +60,12 @@ STALL = ("[1]<stderr>:stalled: rank 0 on imcelt-1 saw no progress for 310 s (lim
 ])
 def test_a_stall_after_horovods_loop_died_is_told_apart(text, want):
   assert stalled_after_horovod_died(text) == want
+
+
+def test_a_command_is_kept_as_typed_at_the_repository_root():
+  cmd = ["bash", f"{REPO}/scripts/cluster/cluster.sh", "run", "horovodrun", "--gloo", "--host-discovery-script",
+         f"{REPO}/scripts/elastic/discover_hosts.sh", sys.executable, "train.py", f"--model_dir={REPO}/runs/x",
+         "--data_dir=/elsewhere/data"]
+  assert shown(cmd) == ("bash scripts/cluster/cluster.sh run horovodrun --gloo --host-discovery-script "
+                        "scripts/elastic/discover_hosts.sh python train.py --model_dir=runs/x "
+                        "--data_dir=/elsewhere/data")

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from bench.slow_links import arms, report, summary
+from bench.slow_links import arms, limits, report, summary
 
 COMMAND = "horovodrun --gloo -np 2 python train.py"
 
@@ -201,13 +201,13 @@ def test_a_stall_is_a_gap_between_evaluations_well_over_the_runs_median_and_its_
   stalled = run("stock", "20mbit", 2, 0, 105.0, per_rank=512, curve=curve)
   steady = run("joint", "20mbit", 2, 0, 40.0, curve=[[10.0 * i, 50 * i, 0.5] for i in range(1, 5)])
   short = run("joint", "none", 2, 0, 20.0, curve=[[10.0, 50, 0.5], [20.0, 100, 0.86]])
-  st = report.stalls([stalled, steady, short])
+  st = limits.stalls([stalled, steady, short])
   assert (st["runs"], st["counted"], st["fixed"], st["at_epoch_end"]) == (1, 2, 1, 1)
   assert st["longest"] == pytest.approx(30.0 - 8.0) and st["where"] == ["20mbit-h2-stock-b512-s0 updates 56-59"]
 
 
 def test_the_arms_run_at_fewer_seeds_are_named(result):
-  assert report.coverage(result["runs"]) == (
+  assert limits.coverage(result["runs"]) == (
       "- **Not every arm ran at every seed**: auto at seed 0; lost at seed 0 only (the rest at seeds 0, 1); "
       "an arm's median over one seed has no spread.")
-  assert report.coverage([r for r in result["runs"] if r["arm"] in ("joint", "stock")]) == ""
+  assert limits.coverage([r for r in result["runs"] if r["arm"] in ("joint", "stock")]) == ""

@@ -1,14 +1,13 @@
-"""bench/time_to_accuracy.py's pure parts (no training): the settings' train.py flags, the curve
-from TensorBoard points, the report; bench/target_stats.py's aggregation over seeds, table and
-findings; and bench/train_runs.py's record of a finished run that --reuse reads back. The exchange
-at the papers' scale: tests/bench/test_plan_scale.py."""
+"""bench/time_to_accuracy/'s pure parts (no training): the settings' train.py flags, the curve from
+TensorBoard points, the report; stats.py's aggregation over seeds, table and findings; and
+bench/harness/train_runs.py's record of a finished run that --reuse reads back. The exchange at the
+papers' scale (scale.py): tests/bench/test_time_to_accuracy_scale.py."""
 import json
 
 import pytest
 
-from bench import target_stats as ts
-from bench import time_to_accuracy as tta
-from bench import train_runs
+from bench.harness import train_runs
+from bench.time_to_accuracy import __main__ as cli, recipe as tta, report, runs, stats as ts
 
 FULL = tta.Budget(target=0.88, max_epochs=6)
 QUICK = tta.Budget(target=0.5, max_epochs=6, quick=True)
@@ -61,7 +60,7 @@ def summary(reached, seconds=None, epoch=None, ips=100.0, top1=0.9, status="reac
 
 
 def a_run(key, seed, s, curve=(), wall=60.0):
-  return tta.run_record(key, seed, ["--seed=%d" % seed], s, [{"top1": t} for t in curve], wall)
+  return runs.run_record(key, seed, ["--seed=%d" % seed], s, [{"top1": t} for t in curve], wall)
 
 
 RUNS = [a_run("a", 0, summary(True, 100.0, 1.0, ips=200.0)), a_run("a", 1, summary(True, 140.0, 1.4, ips=180.0)),
@@ -116,7 +115,7 @@ def test_findings_without_a_baseline_state_times_only():
 def test_write_report(tmp_path):
   runs = [dict(r, curve=[{"seconds": 10.0, "step": 1, "epoch": 0.1, "top1": 0.7, "top5": 0.9}]) for r in RUNS]
   scale = {"params": {"ranks_per_node": 8}, "exchange": {256: 0.04, 2048: 0.06}}
-  text = tta.write(runs, QUICK, scale, str(tmp_path), fewer={"d": "no bf16 here", "a": "not fewer"})
+  text = report.write(runs, QUICK, scale, str(tmp_path), fewer={"d": "no bf16 here", "a": "not fewer"})
   assert text.startswith("# Time to accuracy") and "A smoke run" in text and "None" not in text
   assert f"{tta.SETTINGS['d'].name} ran seed 0 only: no bf16 here." in text and "not fewer" not in text
   assert ts.table(ts.aggregate(runs)) in text and "## At the papers' scale" in text
@@ -126,9 +125,9 @@ def test_write_report(tmp_path):
 
 
 def test_configurations_in_a_precision_the_cpu_lacks_run_one_seed():
-  assert tta.slow_precisions("abcde", frozenset({"avx2", "f16c"})).keys() == {"d"}  # (d): bf16
-  assert tta.slow_precisions("abcde", frozenset({"avx2", "amx_bf16"})) == {}
-  assert tta.slow_precisions("abce", frozenset({"avx2"})) == {}
+  assert cli.slow_precisions("abcde", frozenset({"avx2", "f16c"})).keys() == {"d"}  # (d): bf16
+  assert cli.slow_precisions("abcde", frozenset({"avx2", "amx_bf16"})) == {}
+  assert cli.slow_precisions("abce", frozenset({"avx2"})) == {}
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -136,14 +135,14 @@ def test_configurations_in_a_precision_the_cpu_lacks_run_one_seed():
     (["--max_epochs=0"], "--max_epochs=0")])
 def test_bad_arguments_name_the_flag(argv, message, capsys):
   with pytest.raises(SystemExit):
-    tta.parse_args(argv)
+    cli.parse_args(argv)
   assert message in capsys.readouterr().err
 
 
 def test_arguments():
-  _, keys, seeds, budget = tta.parse_args(["--quick", "--only=a,e", "--seeds=3"])
+  _, keys, seeds, budget = cli.parse_args(["--quick", "--only=a,e", "--seeds=3"])
   assert (keys, seeds, budget) == (["a", "e"], [3], tta.Budget(tta.QUICK_TARGET, tta.MAX_EPOCHS, True))
-  assert tta.parse_args([])[3] == tta.Budget(tta.TARGET_TOP1, tta.MAX_EPOCHS)
+  assert cli.parse_args([])[3] == tta.Budget(tta.TARGET_TOP1, tta.MAX_EPOCHS)
 
 
 def test_a_recorded_run_is_reused_only_when_it_matches_and_finished(tmp_path):

@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from bench.slurm_jobs import env
+from bench.harness.slurm_jobs import env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BOUND_S = 180  # the whole rank: TensorFlow's import, two worlds, the op's 20 s bound, on a loaded machine

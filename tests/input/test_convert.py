@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from bench import samples
+from bench.harness import samples
 from conftest import python
 from input import convert, records, sources
 

@@ -1,10 +1,10 @@
 """input/kernels/resize_flip_normalise.cc against the TF ops it replaces, on real photographs
-(the JPEGs of bench/samples.py)."""
+(the JPEGs of bench/harness/samples.py)."""
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from bench import samples
+from bench.harness import samples
 from input import image_ops
 from input import preprocessing as P
 

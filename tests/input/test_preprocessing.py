@@ -1,10 +1,10 @@
 """Per-example preprocessing (input/preprocessing.py) on real photographs
-(the JPEGs of bench/samples.py)."""
+(the JPEGs of bench/harness/samples.py)."""
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from bench import samples
+from bench.harness import samples
 from input import preprocessing as P
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)

@@ -1,11 +1,11 @@
-"""bench/samples.py: the 100 JPEGs the input tests and bench-input read, made from
+"""bench/harness/samples.py: the 100 JPEGs the input tests and bench-input read, made from
 the photographs inside installed packages; what those tests rely on."""
 import os
 
 import pytest
 import tensorflow as tf
 
-from bench import samples
+from bench.harness import samples
 
 
 @pytest.fixture(scope="module")

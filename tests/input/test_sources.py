@@ -1,4 +1,4 @@
-"""ImageNet-layout sources built from the 100 sample JPEGs (bench/samples.py): folder, TFRecords
+"""ImageNet-layout sources built from the 100 sample JPEGs (bench/harness/samples.py): folder, TFRecords
 (through the converter) and a locally prepared tfds set; the shared per-epoch
 shuffle partitioned across ranks; evaluation coverage; bad input."""
 import json
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bench import samples
+from bench.harness import samples
 from comm.topology import World
 from flags import data as data_flags
 from flags.config import ConfigError

@@ -71,7 +71,7 @@ def prepare(manual, data_dir):
 
 def test_tfds_builder_output_trains(tmp_path):
   # Imported here, not above: run as a script, this file needs tfds alone.
-  from bench import samples
+  from bench.harness import samples
   from conftest import MODEL, REPO, python
   from test_train_on_sources import summary_of
   files = samples.sample_files()

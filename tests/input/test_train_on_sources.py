@@ -5,7 +5,7 @@ import os
 import re
 
 
-from bench import samples
+from bench.harness import samples
 from conftest import MODEL, python
 from input import convert
 

@@ -50,7 +50,7 @@ def test_slow_on_cpu(prec, flags, says):
   if says is None:
     assert why is None and lacks is None
     return
-  assert why.startswith(lacks) and not lacks.endswith(".")  # bench/time_to_accuracy.py quotes the finding
+  assert why.startswith(lacks) and not lacks.endswith(".")  # bench/time_to_accuracy/__main__.py quotes it
   assert f"--precision={prec}" in why and why.endswith("use --precision=fp32 on it")
   for words in says:
     assert words in why, words

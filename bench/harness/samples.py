@@ -18,7 +18,7 @@ labels.txt tensorflow-datasets ships), not the photographs' classes: tfds's
 own imagenet2012 builder (tests/input/test_tfds_imagenet.py) takes a class's
 label from that list and refuses a made-up wnid.
 
-bench/bench_input.py measures decode speed on these by default; pass it the
+bench/input_pipeline/ (make bench-input) measures decode speed on these by default; pass it the
 real sample of ImageNet (--images_dir, docs/input.md) to measure on ImageNet's
 own JPEGs: any folder of <wnid>_<name>.JPEG files works through sample_dir.
 """

@@ -1,4 +1,4 @@
-"""results/faults.{md,json}: `make faults`' report (bench/faults.py), its table from the rows (pure:
+"""results/faults.{md,json}: `make faults`' report (bench/faults/), its table from the rows (pure:
 rows in, markdown out), a partial run's rows merged into the report, and the elastic rows' own file
 (results/faults_elastic.json) and section.
 """
@@ -6,9 +6,9 @@ import json
 import os
 import subprocess
 
-from bench import faults_elastic
-from bench.faults_run import BASE_ARGS, FAULT_AT_STEP, GONE_TIMEOUT_S, Fault, launcher_of
-from bench.faults_verdicts import promise
+from bench.faults import elastic
+from bench.faults.run import BASE_ARGS, FAULT_AT_STEP, GONE_TIMEOUT_S, Fault, launcher_of
+from bench.faults.verdicts import promise
 from progress import emit, write_json_atomic
 
 # What a new user saw before this work (issue 10, 2 ranks, digits, --checkpoint_every=20).
@@ -60,6 +60,24 @@ def measured_at(repo: str) -> dict:
   return {"sha": git("rev-parse", "HEAD").strip() or None, "dirty": bool(changed), "changed": changed}
 
 
+WORKDIR = "$WORKDIR"  # the rows' temporary directory, as the report writes it
+
+
+def in_workdir(rows: list[dict], workdir: str) -> list[dict]:
+  """The rows with the temporary directory they ran in (workdir: their model_dirs, data and hosts
+  files) written WORKDIR in every line and measurement they quote: the report names no directory of
+  the machine it ran on, and a row reads the same from one run to the next."""
+  def relative(x):
+    if isinstance(x, str):
+      return x.replace(workdir, WORKDIR)
+    if isinstance(x, dict):
+      return {k: relative(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+      return [relative(v) for v in x]
+    return x
+  return [relative(r) for r in rows]
+
+
 def stamped(rows: list[dict], commit: dict) -> list[dict]:
   """The rows measured now, each with the commit it was measured at ({sha, dirty})."""
   return [dict(r, commit={"sha": commit["sha"], "dirty": commit["dirty"]}) for r in rows]
@@ -101,8 +119,9 @@ promise, measured": whether the row kept what docs/faults.md promises for its fa
 what it measured (the processes left and the restart's exit included), then what it measured; a
 row without one was measured before rows had verdicts. Exit statuses: 75 stopped by a signal after a
 checkpoint (resumable), 5 a peer lost (another rank died), 4 stalled, 3 diverged, 2 bad input;
-horovodrun killed by the signal itself shows as a negative number (-15: SIGTERM). How each fault
-is handled: docs/faults.md. {commit_note(rows, commit)}
+horovodrun killed by the signal itself shows as a negative number (-15: SIGTERM). The lines quoted
+write the temporary directory the rows ran in as {WORKDIR}. How each fault is handled: docs/faults.md.
+{commit_note(rows, commit)}
 
 {table(rows)}
 {elastic_section(out_dir)}""")
@@ -140,13 +159,43 @@ def elastic_section(out_dir: str) -> str:
   return f"""
 ## Elastic training: a host lost, and back (`--elastic`)
 
-{faults_elastic.__doc__.split(chr(10) * 2, 2)[2].strip().replace("LOSE_AT", str(faults_elastic.LOSE_AT))
-    .replace("JOIN_FROZEN_S", f"{faults_elastic.JOIN_FROZEN_S} s")}
+{elastic.__doc__.split(chr(10) * 2, 2)[2].strip().replace("LOSE_AT", str(elastic.LOSE_AT))
+    .replace("JOIN_FROZEN_S", f"{elastic.JOIN_FROZEN_S} s")}
 
-{faults_elastic.table(report["rows"], report["resnet50_commit"], BEFORE)}
+{elastic_table(report["rows"], report["resnet50_commit"], BEFORE)}
 
 Measured: {row_commits(report["rows"])}.
 """
+
+
+def elastic_table(rows: list[dict], commit: dict | None, before: dict | None = None) -> str:
+  """The elastic section of results/faults.md (pure: rows in, markdown out). before: what a row's
+  fault did before the work that fixed it (BEFORE), '(new)' for the others."""
+  before = before or {}
+  out = ["| fault | before | allreduce | s from the loss to training | steps lost (commit every) | s from the "
+         "return to training together | worlds | a commit / a step (ms) | commit cost per step | exit | left | final "
+         "top-1 | replicas identical | the row's promise, measured |", "|---" * 14 + "|"]
+  for r in rows:
+    if "seconds_to_training" not in r:
+      out.append(f"| {r['fault']} | {before.get(r['fault'], '(new)')} | {r['line']} |" + " |" * 10 + f" {promise(r)} |")
+      continue
+    joined = r["seconds_to_join"] if r["seconds_to_join"] is not None else "never: " + (
+        "killed in its set-up" if r.get("killed_in_setup") else "killed after its set-up (not the case measured)")
+    counted = (f" ({r['launches']} launches: {r['hangs']} hung, {r['failed']} failed otherwise; medians over the "
+               f"{r['finished']} that finished)" if "launches" in r else "")
+    out.append(f"| {r['fault']}: {r['what']}{counted} | {before.get(r['fault'], '(new)')} | {r['allreduce']} | "
+               f"{r['seconds_to_training']} | {', '.join(map(str, r['steps_lost']))} ({r['commit_every']}) | "
+               f"{joined} | "
+               f"{' -> '.join(map(str, r['worlds']))} | {r['commit_ms']} / {r['step_ms']} | "
+               f"{r['commit_per_step']:.2%} | {r['exit_status']} | {r['processes_left']} | "
+               f"{r['final_top1']:.4f} | {r['replicas_identical']} | {promise(r)} |")
+  if commit:
+    ms = commit["seconds"] * 1000
+    out.append(f"\nA commit of ResNet-50's state with SGD momentum ({commit['bytes'] / 2**20:.0f} MiB copied to host "
+               f"memory on every rank, this CPU, median of 5): {ms:.0f} ms, so {ms / 10:.0f} ms a step at "
+               f"--elastic_commit_every=10; weigh it against the step time of the machine it runs on and the "
+               f"steps a lost host costs (at most --elastic_commit_every).")
+  return "\n".join(out)
 
 
 def old_seconds(path: str) -> float:

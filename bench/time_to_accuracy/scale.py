@@ -36,7 +36,7 @@ def exchange_per_update() -> tuple[dict, dict]:
 def at_scale(stats: list[dict], seconds: dict, base_batch: int = SCALE_BASE_BATCH,
              images: int = IMAGENET_TRAIN, configs=SCALE_CONFIGS) -> list[dict]:
   """Exchange seconds per epoch and to the target at the papers' scale, for configs of stats
-  (bench/time_to_accuracy.aggregate's rows).
+  (stats.aggregate's rows).
 
   seconds: {ranks: seconds of one gradient exchange}. Each configuration keeps its multiple of
   (a)'s batch from base_batch; one exchange per update, images // global batch updates per epoch

@@ -1,10 +1,10 @@
 """make bench-input: images/sec of the training input pipeline on real JPEGs,
 against the decoder's limit measured in the same run.
 
-  python -m bench.bench_input [--copies 100] [--batch_size 32] [--repeats 5]
-  python -m bench.bench_input --images_dir=../shared/data/imagenet-sample   # real ImageNet JPEGs
+  python -m bench.input_pipeline [--copies 100] [--batch_size 32] [--repeats 5]
+  python -m bench.input_pipeline --images_dir=../shared/data/imagenet-sample   # real ImageNet JPEGs
 
-Data: by default the 100 JPEGs bench/samples.py cuts from the photographs that
+Data: by default the 100 JPEGs bench/harness/samples.py cuts from the photographs that
 ship inside scikit-learn and matplotlib (nothing to download; smaller files
 than ImageNet's, which one thread decodes about 1.25x faster); with
 --images_dir, the <wnid>_<name>.JPEG files of that folder, such as 100 real
@@ -46,13 +46,13 @@ import time
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-from bench import samples  # noqa: E402
+from bench.harness import samples  # noqa: E402
 from comm.topology import World  # noqa: E402
 from flags import data as data_flags  # noqa: E402
 from input import convert, image_ops, pipeline, preprocessing, records  # noqa: E402
@@ -62,7 +62,7 @@ IMAGE_SIZE = 224
 
 
 def build_records(root: str, copies: int, images_dir: str | None = None) -> str:
-  """An ImageNet-layout folder of `copies` links per sample JPEG (bench/samples.py's,
+  """An ImageNet-layout folder of `copies` links per sample JPEG (bench/harness/samples.py's,
   or images_dir's), converted to TFRecords."""
   folder = os.path.join(root, "folder")
   for i, path in enumerate(samples.sample_files(images_dir)):
@@ -158,7 +158,7 @@ def pipeline_rate(data_dir: str, batch_size: int, ranks: int, rank: int,
 def two_ranks(data_dir: str, batch_size: int, seconds: float) -> list[tuple[float, float]]:
   """(images/sec, cores used) of each of two ranks' pipelines running at the same time
   (separate processes)."""
-  procs = [subprocess.Popen([sys.executable, "-m", "bench.bench_input", "--worker", str(r), "--data_dir", data_dir,
+  procs = [subprocess.Popen([sys.executable, "-m", "bench.input_pipeline", "--worker", str(r), "--data_dir", data_dir,
                              "--batch_size", str(batch_size), "--seconds", str(seconds)],
                             cwd=REPO, stdout=subprocess.PIPE, text=True) for r in range(2)]
   return [tuple(map(float, p.communicate()[0].strip().splitlines()[-1].split())) for p in procs]
@@ -189,7 +189,7 @@ def summary(runs: dict, args, count: int, cores: int) -> dict:
   """The medians of the alternating runs, and what they are measured against (results/bench_input.json)."""
   med = {k: float(np.median(v)) for k, v in runs.items()}
   images = (f"{count} JPEGs of --images_dir={os.path.relpath(args.images_dir, REPO)}" if args.images_dir
-            else f"{count} JPEGs bench/samples.py cut from the photographs packaged in scikit-learn and "
+            else f"{count} JPEGs bench/harness/samples.py cut from the photographs packaged in scikit-learn and "
                  "matplotlib, not ImageNet's (--images_dir=../shared/data/imagenet-sample measures on those)")
   limit = med["fused"] * cores
   result = {
@@ -230,10 +230,10 @@ def summary(runs: dict, args, count: int, cores: int) -> dict:
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = argparse.ArgumentParser(prog="python -m bench.input_pipeline", description=__doc__.split("\n\n")[0])
   parser.add_argument("--images_dir", default=None,
                       help="a folder of <wnid>_<name>.JPEG files to measure on, e.g. ../shared/data/imagenet-sample "
-                           "(default: the 100 JPEGs bench/samples.py makes from packaged photographs)")
+                           "(default: the 100 JPEGs bench/harness/samples.py makes from packaged photographs)")
   parser.add_argument("--copies", type=int, default=100, help="links per sample photograph")
   parser.add_argument("--batch_size", type=int, default=32, help="images per batch per rank")
   parser.add_argument("--repeats", type=int, default=5, help="alternating limit/pipeline measurements")
@@ -251,7 +251,7 @@ def main() -> None:
     return
 
   cores = World().threads_per_rank()
-  print(f"images: {args.images_dir or 'bench/samples.py (packaged photographs)'}", file=sys.stderr, flush=True)
+  print(f"images: {args.images_dir or 'bench/harness/samples.py (packaged photographs)'}", file=sys.stderr, flush=True)
   with tempfile.TemporaryDirectory() as tmp:
     data_dir = build_records(tmp, args.copies, args.images_dir)
     encoded = distinct_images(data_dir)

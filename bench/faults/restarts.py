@@ -1,5 +1,5 @@
-"""Rows of `make faults` (bench/faults.py's table) whose promise is what a restart does with a run's
-checkpoint, each with its own restart (bench/faults_run.Fault.restart):
+"""Rows of `make faults` (bench/faults/__main__.py's table) whose promise is what a restart does with a run's
+checkpoint, each with its own restart (bench/faults/run.Fault.restart):
 
 adascale-requeue-1rank: 2 ranks `--lr_scaling=adascale --global_batch_size=64` stopped (SIGTERM to
   horovodrun) mid-run, then the same command on 1 rank, where it used to be refused (exit 2: "trained
@@ -11,13 +11,17 @@ adascale-requeue-1rank: 2 ranks `--lr_scaling=adascale --global_batch_size=64` s
 eval-only-ranks: a short run to its end, then `train.py --eval_only` with the run's flags on 1 rank
   and on 2: both print the eval line the run printed at that step (BatchNorm's statistics are agreed
   before every save and evaluation, so a checkpoint is one model), and write nothing.
+resume-half-ranks (issue 23): SIGTERM to horovodrun at step HALF_STOP_AT of 2 ranks, then the same
+  command on 1 rank (global batch 32) to the end: the epoch goes on where it stopped, the LR follows
+  the global batch, and the run trains its --epochs' images, no more, no fewer.
 """
 import hashlib
 import os
 import re
 
-from bench.faults_run import BASE_ARGS, RESUMED, Fault, read_summary, user_line
-from bench.launches import Job, newest_checkpoint
+from bench.faults.run import BASE_ARGS, PROGRESS, RESUMED, Fault, read_summary, user_line
+from bench.harness.launches import Job, newest_checkpoint
+from input.datasets import DIGITS  # metadata only: no TensorFlow in this process
 
 ADASCALE_ARGS = ("--lr_scaling=adascale", "--global_batch_size=64", "--epochs=3", "--noexport")
 ADASCALE_STOP_AT = 30  # updates: mid-way through the second epoch of the base batch's schedule
@@ -29,6 +33,10 @@ UPDATE_LINE = re.compile(r"epoch +([\d.]+) +update +(\d+) ")
 EVAL_ONLY_ARGS = ("--max_steps=30", "--noexport")
 EVAL_LINE = re.compile(r"epoch +[\d.]+  eval top1 [\d.]+  top5 [\d.]+  loss [\d.]+")
 EVALUATING = re.compile(r"evaluating \S*ckpt-(\d+) \(step (\d+), epoch ([\d.]+)\) on (\d+) ranks")
+
+RESUMED_LINE = re.compile(r"(resumed from \S+ at step \d+: .*)$", re.M)
+HALF_EPOCHS = 4          # resume-half-ranks: --epochs
+HALF_STOP_AT = 30        # ... SIGTERM once rank 0 reported this step: epoch 1.30 at global batch 64
 
 
 def _sha(path: str) -> str | None:
@@ -155,3 +163,55 @@ def eval_only_restart(fault: Fault, model_dir: str, row: dict) -> dict:
 EVAL_ONLY = dict(
     what="a run to step 30 on 2 ranks, then `--eval_only` with its flags on 1 rank and on 2",
     args=EVAL_ONLY_ARGS, at_step=0, measure=run_printed, restart=eval_only_restart)
+
+
+# ------------------------------------------------------------------------ resume-half-ranks --
+def _progress(text: str) -> list[tuple[float, int, float]]:
+  """(epoch, step of the schedule, LR) of each of rank 0's progress lines in text."""
+  return [(float(e), int(s), float(lr)) for e, s, _, lr in PROGRESS.findall(text)]
+
+
+
+def _epoch_images(global_batch: int) -> int:
+  """The images a digits epoch trains at this global batch (the last partial batch is left out)."""
+  return DIGITS.num_train // global_batch * global_batch
+
+
+def half_ranks_before(job: Job, model_dir: str) -> dict:
+  """Where the 2-rank run stopped: the epoch and LR of its last step."""
+  steps = _progress(job.stderr())
+  if not steps:
+    return {"measured": ["no progress line before the stop"], "kept": False}
+  epoch, step, lr = steps[-1]
+  return {"before": {"epoch": epoch, "step": step, "lr": lr},
+          "measured": [f"2 ranks stopped at epoch {epoch:.2f} (step {step}), LR {lr:.5f}"]}
+
+
+def half_ranks_after(job: Job, model_dir: str, row: dict) -> dict:
+  """The restart on 1 rank: its resume line; its first step's epoch and LR against the stop's
+  (row["before"]): the epoch goes on (within 2 steps of the new batch) and the LR follows the global
+  batch (x32/64, the schedule a step on); the summary's epochs and images_trained."""
+  text = job.stderr()
+  line = RESUMED_LINE.search(text)
+  steps, summary = _progress(text), read_summary(model_dir) or {}
+  found = {"resumed_line": line.group(1).strip() if line else None,
+           "measured": [f"restart's line: {line.group(1).strip() if line else '(no resume line)'}"]}
+  kept = bool(line) and "is 32 on 1 now" in line.group(1)
+  before = row.get("before")
+  if steps and before:
+    epoch, step, lr = steps[0]
+    found["after"] = {"epoch": epoch, "step": step, "lr": lr}
+    ratio = lr / before["lr"] if before["lr"] else float("nan")
+    near = abs(epoch - before["epoch"]) <= 2 * 32 / DIGITS.num_train + 0.01
+    found["measured"].append(f"1 rank's first step: epoch {epoch:.2f} (step {step}), LR {lr:.5f}: the epoch "
+                             f"{'goes on' if near else 'MOVED'} from {before['epoch']:.2f}, LR x{ratio:.2f} "
+                             "(the global batch x0.50, the schedule a step on)")
+    kept = kept and near and 0.45 <= ratio <= 0.56
+  else:
+    kept = False
+  want = HALF_EPOCHS * _epoch_images(64)
+  found["measured"].append(f"summary: epochs {summary.get('epochs')} (--epochs={HALF_EPOCHS}), images_trained "
+                           f"{summary.get('images_trained')} (want {HALF_EPOCHS} x {_epoch_images(64):,} = {want:,}), "
+                           f"status {summary.get('status')}")
+  found["kept"] = kept and summary.get("epochs") == HALF_EPOCHS and summary.get("images_trained") == want
+  return found

@@ -1,13 +1,13 @@
-"""bench/plan/scale.py: time_to_accuracy's exchange at the papers' scale, from aggregate()'s rows."""
+"""bench/time_to_accuracy/scale.py: make time-to-accuracy's exchange at the papers' scale, from aggregate()'s rows."""
 import pytest
 
-from bench.plan import scale
+from bench.time_to_accuracy import scale
 
 EXCHANGE = {256: 0.04, 2048: 0.06}
 
 
 def stat(config, batch, epochs):
-  """The fields of bench/target_stats.aggregate's row that at_scale reads."""
+  """The fields of bench/time_to_accuracy/stats.aggregate's row that at_scale reads."""
   return {"config": config, "name": f"({config}) batch {batch:,}", "global_batch": batch,
           "epochs_to_target": {"median": epochs, "mean": epochs}}
 

@@ -13,7 +13,7 @@
   disk_full    a save that does not fit: one `error:` line, exit 2, the earlier checkpoints resumed
   diverged     inf/NaN: one `diverged:` line, exit 3, no checkpoint written after the good one
 
-Every row's processes left (0) and its restart (exit 0, nothing left) are judged by bench/faults_run
+Every row's processes left (0) and its restart (exit 0, nothing left) are judged by bench/faults/run
 for every row that states a promise; these judge the rest. A verdict says what it measured, so a
 broken promise is read off the table.
 """
@@ -22,7 +22,7 @@ import re
 STOPPED = 75
 STOP_LINE = re.compile(r"^stopped: .* at step (\d+) .*checkpoint \S*ckpt-(\d+); run the same command to resume "
                        r"\(exit 75\)$")
-CHECKPOINT_EVERY = 5  # bench/faults_run.BASE_ARGS' --checkpoint_every: what a killed rank may lose
+CHECKPOINT_EVERY = 5  # bench/faults/run.BASE_ARGS' --checkpoint_every: what a killed rank may lose
 
 
 def _said(row: dict) -> str:

@@ -1,9 +1,10 @@
-"""train.py runs of the experiments on this machine: `make time-to-accuracy` (bench/time_to_accuracy.py)
+"""train.py runs of the experiments on this machine: `make time-to-accuracy` (bench/time_to_accuracy/)
 and `make noise-scale` (bench/noise_scale/).
 
 A Setting is one configuration of the large-batch recipe and its train.py flags; launch() runs
 train.py from scratch under horovodrun on this host; record() and reused() keep a finished run
-beside its model_dir, so a program started again with --reuse reads it back instead of training.
+beside its model_dir, so a program started again with --reuse reads it back instead of training;
+shown() is a launch's command as the results keep it, relative to the repository.
 """
 import dataclasses
 import glob
@@ -15,9 +16,9 @@ import subprocess
 import sys
 import time
 
-from bench.slurm_jobs import env
+from bench.harness import REPO
+from bench.harness.slurm_jobs import env
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORD = "run.json"  # a finished run as the program recorded it, beside train.py's summary.json
 
 
@@ -65,6 +66,15 @@ def cpu_model() -> str:
 def command(ranks: int, flags: list[str]) -> list[str]:
   """horovodrun with `ranks` ranks on this host, running train.py with flags in this interpreter."""
   return ["horovodrun", "-np", str(ranks), "-H", f"localhost:{ranks}", sys.executable, "train.py", *flags]
+
+
+def shown(cmd: list[str]) -> str:
+  """A launch's command as a user types it at the repository's root, as the results keep it: this
+  interpreter as `python`, and paths inside the repository relative to it (no directory of the
+  machine it ran on)."""
+  root = REPO + os.sep
+  return " ".join("python" if a == sys.executable or a.endswith(("/python", "/python3")) else a.replace(root, "")
+                  for a in cmd)
 
 
 def launch(ranks: int, flags: list[str], model_dir: str, timeout: float,
@@ -117,6 +127,17 @@ def _end_session(proc: subprocess.Popen) -> None:
       return
     except subprocess.TimeoutExpired:
       continue
+
+
+def prepare_fashion_mnist(program: str) -> None:
+  """Fashion-MNIST's records written before a study's first run (train.py's default --data_dir), so
+  no run's clock pays for it; the program's name and the reason, and exit, when they cannot be."""
+  from flags.config import ConfigError
+  from input import fashion_mnist
+  try:
+    fashion_mnist.write(os.path.join(REPO, "data", "fashion_mnist"))
+  except ConfigError as e:
+    sys.exit(f"{program}: {e}")
 
 
 def eval_curve(points, start: float, steps_per_epoch_: int) -> list[dict]:

@@ -1,11 +1,11 @@
-"""A row of `make faults` on one host (bench/faults.py's table): the Fault, its launch under
+"""A row of `make faults` on one host (bench/faults/__main__.py's table): the Fault, its launch under
 horovodrun, the fault, what it measured, and the same command again (resume).
 
 Each fault starts train.py under horovodrun (2 ranks, digits, a checkpoint every few steps) in a
 session of its own, waits until training runs, does the fault, and measures: the time from the
 fault to the last process of the job gone, the exit status, the step at the fault against the
 step of the newest checkpoint (steps lost), the processes left behind (every pid the job ever had
-is tracked: bench/launches.Job), and the line the user saw. Then the same command again.
+is tracked: bench/harness/launches.Job), and the line the user saw. Then the same command again.
 """
 import dataclasses
 import json
@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 
-from bench.launches import STEP_LINE, USER_LINE, Job, newest_checkpoint
+from bench.harness.launches import STEP_LINE, USER_LINE, Job, newest_checkpoint
 from progress import emit
 
 BASE_ARGS = ("--max_steps=600", "--log_every=1", "--checkpoint_every=5", "--stall_timeout=30")
@@ -50,7 +50,7 @@ class Fault:
   measure: object = None
   measure_resume: object = None
   gone_timeout: float = GONE_TIMEOUT_S  # a row whose restart evaluates a long held-out split twice needs longer
-  # The verdict of a row whose promise is its columns (bench/faults_verdicts.py, pure): verdict(row) ->
+  # The verdict of a row whose promise is its columns (verdicts.py, pure): verdict(row) ->
   # {"kept", "measured"} once the restart ran.
   verdict: object = None
   # restart(fault, model_dir, row) -> the restart's columns (resumed_from, resume_exit_status,
@@ -180,6 +180,9 @@ def _run_fault(fault: Fault, model_dir: str) -> dict:
 
 
 RESUMED = re.compile(r"resumed from \S*ckpt-(\d+) at step (\d+)")
+# rank 0's progress and evaluation lines, as the rows that judge a restart read them
+PROGRESS = re.compile(r"epoch +([\d.]+) +step +(\d+)/(\d+) +loss \S+ +top1 \S+ +lr ([\d.]+)")
+EVAL_LINE = re.compile(r"epoch +([\d.]+) +eval top1 ([\d.]+)")
 
 
 def resume(fault: Fault, model_dir: str, checkpoint_step: int | None, row: dict | None = None) -> dict:

@@ -14,13 +14,12 @@ One process, one rank, an identity exchange (the exchange is the same code in bo
 between the two is the step itself. Threads: the machine's cores.
 """
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -42,7 +41,7 @@ def measure(model_name: str, batch: int, ks, rounds: int, steps: int) -> dict:
   import numpy as np
   import tensorflow as tf
 
-  from bench.train_step import default_optimizer
+  from bench.harness.train_step import default_optimizer
   from models import build_model
   from optimizers import precision
   from training import step as step_lib
@@ -79,7 +78,7 @@ def measure(model_name: str, batch: int, ks, rounds: int, steps: int) -> dict:
 def report(result: dict) -> str:
   lines = [f"# The adaptive run's step at K against the fixed step at K ({result['model']}, micro-batch "
            f"{result['batch']}, 32x32, one process, identity exchange)", "",
-           "`make bench-step-cache` (bench/step_cache.py). Target (issue 38): the step that serves any K within 3% "
+           "`make bench-step-cache` (bench/step_cache/). Target (issue 38): the step that serves any K within 3% "
            "of the fixed step at the same K.", "",
            "| K | cached / fixed (median) | range | rounds x steps | traces of the cached step |", "|---|---|---|---|---|"]
   for r in result["rows"]:
@@ -94,7 +93,7 @@ def report(result: dict) -> str:
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(prog="python -m bench.step_cache", description=__doc__.splitlines()[0])
   parser.add_argument("--model", default="resnet20")
   parser.add_argument("--batch", type=int, default=32)
   parser.add_argument("--ks", default="1,2,4")

@@ -1,30 +1,5 @@
-"""Faults against real launches: `make faults` (writes results/faults.{md,json}).
-
-  python -m bench.faults               # every fault below, MPI and Gloo, 2 ranks on digits
-  python -m bench.faults --only sigterm-launcher-mpi,sigstop-rank-gloo
-
-Each fault starts train.py under horovodrun (2 ranks, digits, a checkpoint
-every 5 steps: faults_run.BASE_ARGS) in a session of its own, waits until training
-runs, does the fault (a signal to the launcher or to one rank, a truncated
-checkpoint, a full disk, a diverging LR), and measures: the time from the
-fault to the last process of the job gone, the exit status, the step at the
-fault against the step of the newest checkpoint (steps lost), the processes
-left behind (every pid the job ever had is tracked: a launcher that dies
-leaves its children re-parented, out of reach of a process-tree walk), and
-the line the user saw. Then the same command again, which must resume.
-The multi-process tests (tests/multiprocess/test_faults.py) assert the same properties
-through bench/launches.py's Job; only this program reports times.
-
-Every row ends with a verdict, kept or not, computed from what it measured against what
-docs/faults.md promises for it; results/faults.json records the commit each row was measured at
-(git rev-parse HEAD, and whether the tree was dirty), and the report says it.
-
-This file is the table of faults and the program; a row's launch is bench/faults_run.py's, the
-verdicts of the rows whose promise is their columns bench/faults_verdicts.py's, issue 23's
-measurements bench/faults_data.py's, the rows that judge a restart bench/faults_restarts.py's, the
-report bench/faults_report.py's, and the Slurm and elastic rows bench/faults_slurm.py's and
-bench/faults_elastic.py's.
-"""
+"""`python -m bench.faults` (`make faults`): the table of faults and the command line; what the program
+does and measures: bench/faults/__init__.py."""
 import argparse
 import os
 import signal
@@ -32,22 +7,27 @@ import sys
 import tempfile
 import time
 
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
-from bench import faults_elastic, faults_slurm, faults_verdicts as v  # noqa: E402
-from bench.faults_data import (  # noqa: E402
-    DATA_ARGS, EXPORT_ARGS, EXPORT_TMPFS, HALF_EPOCHS, HALF_STOP_AT, LONG_EVAL_ARGS, LONG_EVAL_COPIES, MISSING,
-    _data_root, export_measure, export_resume, half_ranks_after, half_ranks_before, long_eval_measure,
-    long_eval_program, long_eval_resume, long_eval_setup, missing_shard_measure, missing_shard_restore,
-    missing_shard_resume, missing_shard_setup, remove_data, sigterm_in_eval, stopped_in_eval)
-from bench.faults_report import (  # noqa: E402
-    failed_row, measured_at, merged, old_seconds, stamped, table, write_elastic, write_report)
-from bench.faults_restarts import ADASCALE_REQUEUE, EVAL_ONLY  # noqa: E402
-from bench.faults_run import (  # noqa: E402
+import bench.faults  # noqa: E402
+from bench.faults import elastic, slurm, verdicts as v  # noqa: E402
+from bench.faults.elastic_join import join_dies  # noqa: E402
+from bench.faults.data import (  # noqa: E402
+    DATA_ARGS, MISSING, data_root, missing_shard_measure, missing_shard_restore, missing_shard_resume,
+    missing_shard_setup, remove_data)
+from bench.faults.export import EXPORT_ARGS, EXPORT_TMPFS, export_measure, export_resume  # noqa: E402
+from bench.faults.long_eval import (  # noqa: E402
+    LONG_EVAL_ARGS, LONG_EVAL_COPIES, long_eval_measure, long_eval_program, long_eval_resume, long_eval_setup,
+    sigterm_in_eval, stopped_in_eval)
+from bench.faults.report import (  # noqa: E402
+    failed_row, in_workdir, measured_at, merged, old_seconds, stamped, table, write_elastic, write_report)
+from bench.faults.restarts import (  # noqa: E402
+    ADASCALE_REQUEUE, EVAL_ONLY, HALF_EPOCHS, HALF_STOP_AT, half_ranks_after, half_ranks_before)
+from bench.faults.run import (  # noqa: E402
     Fault, _signal, _signal_group, _signal_ranks, both, prior_run, remount, run_fault, tmpfs, truncate_newest)
-from bench.launches import per_rank_data_dir  # noqa: E402
+from bench.harness.hosts import Hosts  # noqa: E402
+from bench.harness.launches import per_rank_data_dir  # noqa: E402
 from input.datasets import DIGITS  # noqa: E402  (metadata only: no TensorFlow in this process)
 from progress import emit  # noqa: E402
 
@@ -82,14 +62,14 @@ FAULTS = [
           args=("--base_lr=1e6", "--warmup_epochs=0", "--precision=fp16"), at_step=0, setup=prior_run(20),
           verdict=v.diverged(20)),
     # Issue 23: a run resumed on another shape, data that differ between hosts, a stop during a long
-    # evaluation, an export that fails (and, in faults_elastic, a joining host that dies in its set-up).
+    # evaluation, an export that fails (and, in elastic.py, a joining host that dies in its set-up).
     Fault("resume-half-ranks", f"SIGTERM to horovodrun at step {HALF_STOP_AT} (epoch 1.30 at global batch 64, "
           f"--epochs={HALF_EPOCHS}), then the same command on 1 rank (global batch 32) to the end",
           _signal(signal.SIGTERM), args=(f"--epochs={HALF_EPOCHS}",), at_step=HALF_STOP_AT, same_command=True,
           resume_np=1, measure=half_ranks_before, measure_resume=half_ranks_after),
     Fault("missing-shard", f"rank 1's copy of --data_dir lacks {MISSING} (each rank its own copy, as two hosts); "
           "then the shard restored and the same command", None, args=(*DATA_ARGS, "--max_steps=5"), at_step=0,
-          same_command=True, program=lambda model_dir: per_rank_data_dir(_data_root(model_dir)),
+          same_command=True, program=lambda model_dir: per_rank_data_dir(data_root(model_dir)),
           setup=missing_shard_setup, before_resume=missing_shard_restore, teardown=remove_data,
           measure=missing_shard_measure, measure_resume=missing_shard_resume),
     Fault("sigterm-long-eval", "SIGTERM to horovodrun's process group (mpirun: the ranks' SIGTERM 10 s later, SIGKILL "
@@ -104,22 +84,50 @@ FAULTS = [
           setup=tmpfs(EXPORT_TMPFS)[0], teardown=tmpfs(EXPORT_TMPFS)[1], before_resume=remount("64m"),
           measure=export_measure, measure_resume=export_resume),
     # Issue 39: what landed since (a requeue of AdaScale onto another node count, --eval_only on any ranks;
-    # in faults_slurm a notice during an evaluation, in faults_elastic a lost host under the adaptive policy).
+    # in slurm.py a notice during an evaluation, in elastic.py a lost host under the adaptive policy).
     Fault("adascale-requeue-1rank", inject=_signal(signal.SIGTERM), **ADASCALE_REQUEUE),
     Fault("eval-only-ranks", inject=None, **EVAL_ONLY),
 ]
 ORDER = [f.name for f in FAULTS]
 
 
+def elastic_faults(only: str, workdir: str, launches: int = elastic.LAUNCHES) -> tuple[list[dict], dict | None]:
+  """The elastic rows chosen by --only (all when empty) on 2 emulated hosts, each lost-host row from
+  `launches` launches (elastic.py), elastic-join-dies (elastic_join.py), and ResNet-50's commit (None
+  if not run)."""
+  chosen = [name for name in elastic.NAMES if not only or name in only.split(",")]
+  if not chosen:
+    return [], None
+  hosts = Hosts(elastic.NAME, elastic.SUBNET, 2, os.path.join(workdir, "elastic-hosts.txt"))
+  why = hosts.up()
+  if why:
+    emit(f"faults: elastic rows skipped: no emulated hosts ({why})")
+    return [], None
+  out = []
+  try:
+    for name in chosen:
+      try:
+        out.append(join_dies(hosts, workdir) if name == elastic.JOIN_DIES
+                   else elastic.lose_and_join(hosts, workdir, name, launches))
+      except Exception as e:  # noqa: BLE001  (a row that could not be measured says why)
+        emit(f"faults: {name}: not measured: {str(e).splitlines()[0]}")
+        out.append({"fault": name, "what": "not measured", "launcher": elastic.LAUNCHER,
+                    "line": f"not measured: {str(e).splitlines()[0]}"})
+  finally:
+    hosts.down()
+  return out, elastic.resnet50_commit_seconds() if set(chosen) & set(elastic.FAULTS) else None
+
+
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = argparse.ArgumentParser(prog="python -m bench.faults", description=bench.faults.__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--only", default="", help="comma-separated fault names (default: all)")
   parser.add_argument("--out_dir", default=os.path.join(REPO, "results"))
-  parser.add_argument("--elastic_launches", type=int, default=faults_elastic.LAUNCHES,
+  parser.add_argument("--elastic_launches", type=int, default=elastic.LAUNCHES,
                       help="launches of each elastic lost-host row, its hangs counted (default: %(default)s)")
   args = parser.parse_args(argv)
   chosen = [f for f in FAULTS if not args.only or f.name in args.only.split(",")]
-  others = list(faults_slurm.NAMES) + list(faults_elastic.NAMES)
+  others = list(slurm.NAMES) + list(elastic.NAMES)
   unknown = set(filter(None, args.only.split(","))) - {f.name for f in FAULTS} - set(others)
   if unknown:
     parser.error(f"unknown faults {sorted(unknown)}; choose from {', '.join([f.name for f in FAULTS] + others)}")
@@ -136,20 +144,20 @@ def main(argv=None):
       except Exception as e:  # noqa: BLE001  (one fault that could not be measured is a row, not the end)
         row = failed_row(fault, e)
       # The report grows row by row: an interrupted run keeps what it measured.
-      rows, seconds = merged(stamped([row], commit), report, time.time() - start, ORDER)
+      rows, seconds = merged(stamped(in_workdir([row], workdir), commit), report, time.time() - start, ORDER)
       start = time.time()
       write_report(rows, args.out_dir, seconds, commit)
-    slurm_rows, slurm_note = faults_slurm.rows(args.only, workdir)  # Slurm on 2 emulated hosts (root)
+    slurm_rows, slurm_note = slurm.rows(args.only, workdir)  # Slurm on 2 emulated hosts (root)
     for row in slurm_rows:
-      rows, seconds = merged(stamped([row], commit), report, time.time() - start, ORDER)
+      rows, seconds = merged(stamped(in_workdir([row], workdir), commit), report, time.time() - start, ORDER)
       start = time.time()
       write_report(rows, args.out_dir, seconds, commit)
-    elastic_rows, resnet50 = faults_elastic.rows(args.only, workdir, args.elastic_launches)  # 2 emulated hosts
+    elastic_rows, resnet50 = elastic_faults(args.only, workdir, args.elastic_launches)  # 2 emulated hosts
     if elastic_rows:
-      write_elastic(stamped(elastic_rows, commit), resnet50, args.out_dir)
+      write_elastic(stamped(in_workdir(elastic_rows, workdir), commit), resnet50, args.out_dir)
       write_report(merged([], report, 0, ORDER)[0], args.out_dir, old_seconds(report), commit)
   if slurm_note:
-    faults_slurm.add_note(args.out_dir, slurm_note)
+    slurm.add_note(args.out_dir, slurm_note)
   emit(table(rows), sys.stdout)
 
 

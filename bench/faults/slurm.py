@@ -2,7 +2,7 @@
 
   python -m bench.faults --only slurm-preempt-srun,slurm-preempt-mpirun,slurm-scancel-srun
 
-A Slurm of its own (bench/slurm_jobs.py: slurmctld in host 1's namespace, a slurmd per
+A Slurm of its own (bench/harness/slurm_jobs.py: slurmctld in host 1's namespace, a slurmd per
 host, cluster imcsfault on 198.18.12.0/24) runs scripts/slurm/cpu_nodes.sbatch, 1 rank
 per host, on the digits set. Once rank 0 reported step AT_STEP:
 - preempt: `scancel --batch --signal=USR1` on a `--requeue` job, what `#SBATCH
@@ -16,7 +16,7 @@ per host, on the digits set. Once rank 0 reported step AT_STEP:
   batches, so they must stop within the notice window (NOTICE_S: `--signal=B:USR1@120`) with exit 75
   and the checkpoint saved before the evaluation; the job requeued, resumed from that checkpoint,
   evaluates that step again (it was not completed) before it trains on.
-Measured as bench/faults.py's rows: the time from the signal to the first run's last process
+Measured as bench/faults/run.py's rows: the time from the signal to the first run's last process
 gone (every process of a job lives in the hosts' namespaces), the batch script's exit status
 (common.sh prints it; Slurm's ExitCode for a scancel that killed the script first), the step
 at the signal against the newest checkpoint, the processes left, the line the user saw.
@@ -28,14 +28,16 @@ import os
 import re
 import time
 
-from bench import faults_data, slurm_jobs
+from bench.faults.data import digits_records
+from bench.faults.long_eval import heartbeat
+from bench.harness import slurm_jobs
 from input.datasets import DIGITS  # metadata only: no TensorFlow in this process
 from progress import emit, write_json_atomic
 
 CLUSTER, SUBNET = "imcsfault", "198.18.12"  # not the tests' (imcslurmt) nor a user's (imc)
 TRAIN_ARGS = ("--log_every=1", "--checkpoint_every=20", "--stall_timeout=30")
 MAX_STEPS = 80           # the first run's; the requeued run finishes it
-AT_STEP = 30             # the signal comes once rank 0 reported this step, as in bench/faults.py
+AT_STEP = 30             # the signal comes once rank 0 reported this step, as in bench/faults/run.py
 GONE_TIMEOUT_S = 240     # the first run not gone by then is a hang: its processes are reported
 RESUME_STEPS = 3         # a resubmission trains this many steps past its checkpoint
 STEP_LINE = re.compile(r"step +(\d+)/\d+")
@@ -168,10 +170,10 @@ def usr1_in_eval(cluster, workdir: str, data_dir: str, launcher: str) -> dict:
   out = os.path.join(workdir, f"usr1-in-eval-{launcher}")
   with slurm_jobs.SbatchJob(cluster, out, f"--data_dir={data_dir}", *TRAIN_ARGS, *EVAL_ARGS, sbatch=["--requeue"],
                             LAUNCHER=launcher, BIND_TO="none") as job:
-    if _until(lambda: (faults_data.heartbeat(job.model_dir) or {}).get("phase") == "eval", job,
+    if _until(lambda: (heartbeat(job.model_dir) or {}).get("phase") == "eval", job,
               slurm_jobs.JOB_TIMEOUT) is None:
       raise AssertionError(f"job {job.id}: rank 0 never evaluated\n{job.log()[-3000:]}")
-    beat = faults_data.heartbeat(job.model_dir)
+    beat = heartbeat(job.model_dir)
     pids, at, t0 = cluster.job_pids(), last_step(job.log()), time.time()
     job.signal("--batch", "--signal=USR1")
     stop_s = _until(lambda: user_line(job.log().partition(SECOND_RUN)[0]).startswith("stopped:"), job, GONE_TIMEOUT_S)
@@ -255,7 +257,7 @@ def rows(only: str, workdir: str) -> tuple[list[dict], str | None]:
   data_dir = os.path.join(workdir, "slurm-digits")
   digits.write(data_dir)
   if "slurm-usr1-in-eval" in chosen:  # the digits records as an ImageNet-layout set, its held-out split longer
-    faults_data.digits_records(os.path.join(workdir, "slurm-long-eval"), held_out_copies=EVAL_COPIES)
+    digits_records(os.path.join(workdir, "slurm-long-eval"), held_out_copies=EVAL_COPIES)
   cluster = slurm_jobs.Cluster(CLUSTER, SUBNET)
   found, note = [], None
   try:

@@ -2,7 +2,7 @@
 
   python -m bench.faults --only elastic-horovod,elastic-hybrid,elastic-adaptive-powersgd --elastic_launches=3
 
-train.py --elastic on the digits set under horovodrun --gloo in elastic mode (bench/launches.Hosts:
+train.py --elastic on the digits set under horovodrun --gloo in elastic mode (bench/harness/hosts.Hosts:
 2 emulated hosts x 1 rank, cluster imcelf on 198.18.16.0/24, --min-np 1). Once rank 0 reported
 step LOSE_AT, the second host is lost (no longer listed, its ranks SIGKILLed); once the first
 trains alone, the host is listed again. Measured: the time from the loss to the first step of
@@ -11,7 +11,7 @@ host listed again to the first step of the two-rank world, a commit's time again
 exit status, the processes left, the final accuracy and whether the replicas ended identical.
 Each of these rows is launched `--elastic_launches` times (30 unless given; each row says how
 many) and counts its hangs: a launch the watchdog ended after Horovod's background loop had died
-(Horovod's race, the op a survivor held orphaned: bench/launches.stalled_after_horovod_died), or
+(Horovod's race, the op a survivor held orphaned: bench/harness/hosts.stalled_after_horovod_died), or
 one still running, or leaving
 processes, past its bound (600 s a phase); other failures are counted apart. Its figures are medians
 over the launches that finished (the steps lost: the host's loss, the first of each launch),
@@ -37,15 +37,11 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
-import time
 
-import psutil
-
-from bench.faults_verdicts import promise
-from bench.launches import PYTHON, REPO, STEP_LINE, Hosts, Job, regrown, stalled_after_horovod_died, world_sizes
+from bench.harness.hosts import Hosts, regrown, stalled_after_horovod_died, world_sizes
+from bench.harness.launches import PYTHON, REPO, STEP_LINE, Job
 from progress import emit
 
 NAME, SUBNET = "imcelf", "198.18.16"  # not the tests' (imcelt) nor a user's (imc)
@@ -213,104 +209,6 @@ def aggregate(fault: str, runs: list[dict]) -> dict:
               replicas_identical=all(r["replicas_identical"] for r in finished), epochs=median("epochs"))
 
 
-def _joiner(hosts: Hosts, job: Job, host: str) -> int | None:
-  """The pid of the job's train.py on host (the python process, not its ssh and shell wrappers)."""
-  for pid in sorted(hosts.pids(host) & job.alive()):
-    try:
-      cmdline = psutil.Process(pid).cmdline()
-    except psutil.NoSuchProcess:
-      continue
-    if cmdline[1:2] == ["train.py"]:
-      return pid
-  return None
-
-
-def _initialised(hosts: Hosts, job: Job, host: str, timeout: float = BOUND_S) -> tuple[int, float, float]:
-  """(pid, seconds to its process, seconds to its connections) of the rank that joins on host: its
-  established TCP connections (Gloo's pairs to the survivor, the driver's services) unchanged for
-  CONNECTED_S, so Horovod's init is done on both sides and its set-up (the model) is under way."""
-  start = time.time()
-  pid = seen = None
-  held, steady_since, connected = set(), 0.0, 0.0
-  while time.time() - start < timeout:
-    if job.proc.poll() is not None:
-      raise AssertionError(f"the job ended ({job.proc.returncode}) before the joining rank started:\n{job.tail()}")
-    pid = pid or _joiner(hosts, job, host)
-    if pid and not seen:
-      seen = time.time() - start
-    now = hosts.connections(host, pid) if pid else set()
-    if now and now != held:
-      held, steady_since = now, time.time()
-      connected = connected or time.time() - start
-    elif now and time.time() - steady_since >= CONNECTED_S:
-      return pid, seen, connected
-    time.sleep(0.1)
-  raise AssertionError(f"the joining rank on {host} held no connections within {timeout} s:\n{job.tail()}")
-
-
-def join_dies(hosts: Hosts, workdir: str) -> dict:
-  """The second host lost at LOSE_AT, listed again, and its new rank killed during its set-up."""
-  model_dir = os.path.join(workdir, JOIN_DIES)
-  emit(f"faults: {JOIN_DIES}: the second host lost at step {LOSE_AT}, listed again, and its rank killed in its "
-       f"set-up ({LAUNCHER})")
-  hosts.publish(*hosts.names)
-  second = hosts.names[1]
-  with Job(model_dir, *ARGS, "--allreduce=horovod", launcher=hosts.launcher(2, 1, 2), extra_env=hosts.env) as job:
-    at = job.wait_for_step(LOSE_AT, timeout=BOUND_S)
-    hosts.lose(job, second)
-    job.wait_until(lambda t: world_sizes(t)[1:2] == [1] and _first_step_after_world(t, 1),
-                   "a step of the one-rank world", BOUND_S)
-    hosts.publish(*hosts.names)
-    pid, started, connected = _initialised(hosts, job, second)
-    os.kill(pid, signal.SIGSTOP)
-    time.sleep(JOIN_FROZEN_S)
-    # The new world logs its line once the state's sync is done: none yet, its rank never got there.
-    in_setup = len(world_sizes(job.stderr())) == 2
-    killed = hosts.lose(job, second)
-    to_training = job.wait_until(lambda t: len(world_sizes(t)) >= 3 and _first_step_after_world(t, 2),
-                                 "a step of the world after the joining rank died", BOUND_S)
-    _, left = job.wait_gone(BOUND_S)
-    line = [m.group(0) for m in re.finditer(r"world: .*$", job.stderr(), re.M)][2:3]
-    summary_path = os.path.join(model_dir, "summary.json")
-    summary = json.load(open(summary_path)) if os.path.exists(summary_path) else None
-  if summary is None:
-    raise AssertionError(f"no summary.json (exit {job.proc.returncode}):\n{job.tail()}")
-  e = summary["elastic"]
-  step_ms = 1000 * summary["global_batch"] / summary["images_per_sec"]
-  commit_ms = 1000 * e["commit_seconds_median"]
-  what = (f"SIGKILL to the second host's rank at step {at}; the host listed again, its new rank (started "
-          f"{started:.0f} s later) frozen once Horovod had connected it ({connected:.0f} s after the listing) and "
-          f"SIGKILLed {JOIN_FROZEN_S} s later, the host no longer listed")
-  row = {"fault": JOIN_DIES, "what": what, "launcher": LAUNCHER, "allreduce": "horovod", "killed": len(killed),
-         "seconds_to_training": round(to_training, 1), "steps_lost": e["steps_lost"],
-         "seconds_to_join": None, "worlds": e["worlds"], "commit_every": COMMIT_EVERY,
-         "commit_ms": round(commit_ms, 1), "step_ms": round(step_ms, 1),
-         "commit_per_step": round(commit_ms / COMMIT_EVERY / step_ms, 4), "exit_status": job.proc.returncode,
-         "processes_left": len(left), "final_top1": summary["final_top1"],
-         "replicas_identical": summary["replicas_identical"], "epochs": summary["epochs"],
-         "status": summary["status"], "killed_in_setup": in_setup, "line": line[0] if line else ""}
-  row.update(join_dies_kept(row))
-  emit(f"faults: {JOIN_DIES}: killed in its set-up: {in_setup}; training again {row['seconds_to_training']} s "
-       f"after the kill, worlds {e['worlds']}, steps lost {e['steps_lost']}, exit {row['exit_status']}, "
-       f"{row['processes_left']} left, {summary['status']} at epoch {summary['epochs']}: {row['line']}")
-  return row
-
-
-def join_dies_kept(row: dict) -> dict:
-  """elastic-join-dies' verdict (pure): its rank killed in its set-up, the survivor rolled back and
-  trained on alone to the end (no world of 2 after the loss), identical replicas, exit 0, nothing left."""
-  worlds, lost = row["worlds"], row["steps_lost"]
-  alone = worlds[:1] == [2] and len(worlds) >= 2 and 2 not in worlds[1:]
-  ended = row["status"] == "finished" and row["exit_status"] == 0 and row["processes_left"] == 0
-  kept = (row["killed_in_setup"] and alone and ended and row["replicas_identical"]
-          and max(lost, default=0) <= COMMIT_EVERY)
-  return {"kept": bool(kept), "measured": [
-      f"{'killed in its set-up' if row['killed_in_setup'] else 'NOT killed in its set-up (not the case measured)'}; "
-      f"worlds {' -> '.join(map(str, worlds))} ({'no' if alone else 'A'} world of 2 after the loss); steps lost "
-      f"{lost} (at most {COMMIT_EVERY}); status {row['status']}, exit {row['exit_status']}, "
-      f"{row['processes_left']} left; replicas {'identical' if row['replicas_identical'] else 'DIFFER'}"]}
-
-
 def resnet50_commit_seconds() -> dict:
   """A commit (RunState.save: every variable copied to host memory) of ResNet-50 with SGD's
   momentum, median of 5, in a process of its own (no Horovod world is needed to copy)."""
@@ -334,58 +232,3 @@ def resnet50_commit_seconds() -> dict:
   if done.returncode:
     raise AssertionError(done.stderr[-2000:])
   return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def rows(only: str, workdir: str, launches: int = LAUNCHES) -> tuple[list[dict], dict | None]:
-  """The elastic rows chosen by --only (all when empty), each lost-host row from `launches`
-  launches, and ResNet-50's commit (None if not run)."""
-  chosen = [name for name in NAMES if not only or name in only.split(",")]
-  if not chosen:
-    return [], None
-  hosts = Hosts(NAME, SUBNET, 2, os.path.join(workdir, "elastic-hosts.txt"))
-  why = hosts.up()
-  if why:
-    emit(f"faults: elastic rows skipped: no emulated hosts ({why})")
-    return [], None
-  out = []
-  try:
-    for name in chosen:
-      try:
-        out.append(join_dies(hosts, workdir) if name == JOIN_DIES else lose_and_join(hosts, workdir, name, launches))
-      except Exception as e:  # noqa: BLE001  (a row that could not be measured says why)
-        emit(f"faults: {name}: not measured: {str(e).splitlines()[0]}")
-        out.append({"fault": name, "what": "not measured", "launcher": LAUNCHER,
-                    "line": f"not measured: {str(e).splitlines()[0]}"})
-  finally:
-    hosts.down()
-  return out, resnet50_commit_seconds() if set(chosen) & set(FAULTS) else None
-
-
-def table(rows: list[dict], commit: dict | None, before: dict | None = None) -> str:
-  """The elastic section of results/faults.md (pure: rows in, markdown out). before: what a row's
-  fault did before the work that fixed it (bench/faults.BEFORE), '(new)' for the others."""
-  before = before or {}
-  out = ["| fault | before | allreduce | s from the loss to training | steps lost (commit every) | s from the "
-         "return to training together | worlds | a commit / a step (ms) | commit cost per step | exit | left | final "
-         "top-1 | replicas identical | the row's promise, measured |", "|---" * 14 + "|"]
-  for r in rows:
-    if "seconds_to_training" not in r:
-      out.append(f"| {r['fault']} | {before.get(r['fault'], '(new)')} | {r['line']} |" + " |" * 10 + f" {promise(r)} |")
-      continue
-    joined = r["seconds_to_join"] if r["seconds_to_join"] is not None else "never: " + (
-        "killed in its set-up" if r.get("killed_in_setup") else "killed after its set-up (not the case measured)")
-    counted = (f" ({r['launches']} launches: {r['hangs']} hung, {r['failed']} failed otherwise; medians over the "
-               f"{r['finished']} that finished)" if "launches" in r else "")
-    out.append(f"| {r['fault']}: {r['what']}{counted} | {before.get(r['fault'], '(new)')} | {r['allreduce']} | "
-               f"{r['seconds_to_training']} | {', '.join(map(str, r['steps_lost']))} ({r['commit_every']}) | "
-               f"{joined} | "
-               f"{' -> '.join(map(str, r['worlds']))} | {r['commit_ms']} / {r['step_ms']} | "
-               f"{r['commit_per_step']:.2%} | {r['exit_status']} | {r['processes_left']} | "
-               f"{r['final_top1']:.4f} | {r['replicas_identical']} | {promise(r)} |")
-  if commit:
-    ms = commit["seconds"] * 1000
-    out.append(f"\nA commit of ResNet-50's state with SGD momentum ({commit['bytes'] / 2**20:.0f} MiB copied to host "
-               f"memory on every rank, this CPU, median of 5): {ms:.0f} ms, so {ms / 10:.0f} ms a step at "
-               f"--elastic_commit_every=10; weigh it against the step time of the machine it runs on and the "
-               f"steps a lost host costs (at most --elastic_commit_every).")
-  return "\n".join(out)

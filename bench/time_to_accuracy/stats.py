@@ -1,9 +1,9 @@
 """`make time-to-accuracy`'s runs over their seeds: the statistics, the table and the findings (pure:
-run records of bench/time_to_accuracy.run_record in, numbers and markdown out)."""
+run records of bench/time_to_accuracy/__main__.run_record in, numbers and markdown out)."""
 import statistics
 
-from bench.plan.scale import dash
-from bench.train_runs import Setting
+from bench.time_to_accuracy.scale import dash
+from bench.harness.train_runs import Setting
 
 
 def center(values) -> dict:

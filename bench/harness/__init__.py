@@ -1,0 +1,16 @@
+"""What the benchmark programs of bench/ share: how they launch train.py and read what it left.
+
+  launches.py    Job: one launch of train.py in a session of its own, every pid it had tracked, ended
+                 by pid; reading its log (steps, the lines a user acts on, checkpoints)
+  hosts.py       Hosts: emulated hosts (network namespaces) for elastic launches, a host lost and back
+  slurm_jobs.py  a real Slurm on this machine or on emulated hosts, and the launches' environment (env)
+  train_runs.py  a run of train.py from scratch under horovodrun, its record kept for --reuse, its
+                 held-out curve, the command as a user types it
+  train_step.py  train.py's own training step and default optimizer, as the benchmarks time it
+  samples.py     100 real JPEGs in ImageNet's layout, for bench-input and the input tests
+
+The tests of tests/multiprocess/ launch through the same Job, Hosts and Slurm.
+"""
+import os
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
