@@ -38,8 +38,6 @@ BENCH_LIBRARIES = {
 # Modules left in bench/ itself, and why: none is a program.
 BENCH_LOOSE = {
     "__init__.py": "the package",
-    "launches.py": "bench.harness's Job and Hosts under the name tests/multiprocess/ imports (until it moves)",
-    "slurm_jobs.py": "bench.harness.slurm_jobs under the name tests/multiprocess/ imports (until it moves)",
 }
 BENCH_MAX_LINES = 300  # issue 43: a module of a bench folder past it holds two things
 

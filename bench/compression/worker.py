@@ -36,7 +36,7 @@ from comm.exchange import cost_of, make_compression, make_gradient_exchange
 from models import build_model
 from optimizers import precision
 from progress import emit
-from training.step import make_train_step
+from training.step import StepOptions, make_train_step
 
 MODEL, CLASSES, SHAPE = TRAIN_MODELS[1]  # resnet50, 1000 classes, 64x64x3
 # Every distinct matrix measured (start-up's 3 s budget leaves the rest unmeasured, inf): 4 ranks

@@ -14,7 +14,8 @@ import re
 
 import pytest
 
-from bench.launches import Hosts, Job, newest_checkpoint, regrown, stalled_after_horovod_died, world_sizes
+from bench.harness.hosts import Hosts, regrown, stalled_after_horovod_died, world_sizes
+from bench.harness.launches import Job, newest_checkpoint
 
 pytestmark = pytest.mark.multiprocess
 

@@ -13,7 +13,7 @@ import signal
 
 import pytest
 
-from bench.launches import Job, newest_checkpoint
+from bench.harness.launches import Job, newest_checkpoint
 from conftest import MODEL, NO_GRACE
 from training.ending import outcome
 

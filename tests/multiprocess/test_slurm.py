@@ -24,8 +24,8 @@ import tempfile
 
 import pytest
 
-from bench import slurm_jobs
-from bench.slurm_jobs import checkpoints, ended, read, running, wait_job
+from bench.harness import slurm_jobs
+from bench.harness.slurm_jobs import checkpoints, ended, read, running, wait_job
 from conftest import MODEL, REPO, _env
 
 pytestmark = pytest.mark.multiprocess
@@ -59,7 +59,7 @@ def slurm():
 
 @pytest.fixture(scope="module")
 def slurm_cluster():
-  """A Slurm of 2 emulated hosts (bench.slurm_jobs.Cluster), its daemons' pids in `daemons`."""
+  """A Slurm of 2 emulated hosts (bench.harness.slurm_jobs.Cluster), its daemons' pids in `daemons`."""
   _install_or_skip()
   cluster = slurm_jobs.Cluster(CLUSTER, SUBNET)
   try:
