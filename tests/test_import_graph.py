@@ -220,6 +220,35 @@ def test_no_module_is_over_400_lines():
   assert not long, f"modules over 400 lines (split them by what they hold): {long}"
 
 
+def _functions(path: str):
+  with open(path, encoding="utf-8") as fh:
+    tree = ast.parse(fh.read(), path)
+  return tree, [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def test_no_function_is_over_90_lines():
+  # Issue 43: a function past it (make_train_step was 122) holds two steps; split it where they part.
+  long = {f"{_rel(m)}:{f.name}": f.end_lineno - f.lineno + 1 for m, path in project_modules().items()
+          for f in _functions(path)[1] if f.end_lineno - f.lineno + 1 > 90}
+  assert not long, f"functions over 90 lines: {long}"
+
+
+def test_train_py_reads_as_banner_sections():
+  # Issue 43 (big_vision's train.py): sections top to bottom, wiring with keyword arguments, no lambda
+  # that wires a component and no nested function (STYLE.md, principle 13): a run's shape never
+  # changes in a closure of train.py.
+  path = os.path.join(REPO, "train.py")
+  tree, functions = _functions(path)
+  with open(path, encoding="utf-8") as fh:
+    assert sum(1 for _ in fh) <= 200, "train.py over 200 lines: move a component's building into its package"
+  train = next(f for f in functions if f.name == "train")
+  assert train.end_lineno - train.lineno + 1 <= 50, "train() over 50 lines"
+  lambdas = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Lambda)]
+  assert not lambdas, f"train.py: lambdas at lines {lambdas}; a named object (training/assembly.py) instead"
+  nested = [g.name for f in functions for g in ast.walk(f) if g is not f and isinstance(g, ast.FunctionDef)]
+  assert not nested, f"train.py: nested functions {nested}"
+
+
 def _program(module: str) -> str:
   """bench.NAME's NAME (harness, or a program) of a module under bench/."""
   return module.split(".")[1] if module.count(".") else ""
