@@ -2,9 +2,11 @@
  * Horovod op between Horovod's shut_down check and its tensor queue, for as long as the test says.
  *
  * Horovod 0.28.1 logs "Enqueued <names>" (LOG(TRACE), operations.cc) after EnqueueTensorAllreduces
- * read horovod_global.shut_down and before it calls AddToTensorQueueMulti. Horovod's own calls
- * cannot be interposed (it is linked -Bsymbolic-functions with a version script), but the log line
- * leaves it through libstdc++'s std::cout, which writes with libc's fwrite: interposed here.
+ * read horovod_global.shut_down and before it calls AddToTensorQueueMulti; the project's patch
+ * (scripts/horovod/tensor_queue.patch) adds "Enqueueing broadcast <name>" at the same place of
+ * EnqueueTensorBroadcast, before AddToTensorQueue. Horovod's own calls cannot be interposed (it is
+ * linked -Bsymbolic-functions with a version script), but the log line leaves it through
+ * libstdc++'s std::cout, which writes with libc's fwrite: interposed here.
  *
  * HOLD_ENQUEUE_MATCH: the text to wait for ("Enqueued race_probe;"). HOLD_ENQUEUE_DIR: a
  * directory; the first write that carries the text creates DIR/held, then waits (polling every

@@ -1,15 +1,19 @@
 """Horovod 0.28.1's elastic race, forced: an op that passed Horovod's shut_down check and reaches
 the tensor queue after the background loop finalised it must fail with the shut-down error, not
-wait for ever; and the queue must take ops again once Horovod is initialised again (the next
-elastic world). scripts/horovod/tensor_queue.patch, which make setup applies, does both; the
-unpatched build orphans the op (docs/faults.md: 3 hangs in ~52 lost-host launches).
+wait for ever; so must one that reaches the queue only after the next world's hvd.init() opened it
+again (it belongs to the world that was shut down); and the queue must take ops again in the next
+world. scripts/horovod/tensor_queue.patch, which make setup applies, does all three: its finalised
+flag and its generation count. The unpatched build orphans the op in the first ordering
+(docs/faults.md: 3 hangs in ~52 lost-host launches) and queues it into the new world in the second,
+where this one rank runs it; so did the patch before the generation count.
 
 The ordering is forced, not waited for: hold_enqueue.c (compiled here, LD_PRELOADed into one rank,
-no launcher) holds the enqueuing thread at Horovod's "Enqueued race_probe;" trace line, which
-operations.cc writes between the shut_down check and AddToTensorQueueMulti, until hvd.shutdown()
-has returned (the queue finalised, the loop gone); enqueue_after_shutdown.py is the rank's
-program. Under the Gloo and the MPI controller: one process each, ended by its pid whatever
-happens; seconds.
+no launcher) holds the enqueuing thread at a trace line that Horovod writes between the shut_down
+check and the queue (EnqueueTensorAllreduces' "Enqueued race_probe;", before AddToTensorQueueMulti;
+the patch's "Enqueueing broadcast race_probe" in EnqueueTensorBroadcast, before AddToTensorQueue)
+until the test's program (enqueue_after_shutdown.py) has shut Horovod down, and, for the old-world
+case, initialised it again. Each of the two enqueues, each of the two orderings, under the Gloo
+and the MPI controller: eight processes, ended by their pid whatever happens; seconds each.
 
 A thread the shim let go on its own bound, not on the program's signal, proves nothing (a slow
 shutdown would let an unpatched Horovod pass): the shim then leaves DIR/timed_out and every case
@@ -34,7 +38,7 @@ LAUNCH_VARS = ("HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT", "
                "HOROVOD_ELASTIC", "HOROVOD_HOSTNAME", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                "PMIX_RANK", "PMI_RANK")
 # Where each enqueue is held: a trace line between its shut_down check and its queue.
-MATCH = {"allreduce": "Enqueued race_probe;"}
+MATCH = {"allreduce": "Enqueued race_probe;", "broadcast": "Enqueueing broadcast race_probe"}
 PROGRAM = os.path.join(HERE, "enqueue_after_shutdown.py")
 
 
@@ -98,8 +102,8 @@ def run_rank(shim: str, directory: str, controller: str, op: str, release: str) 
     return json.load(fh), tail
 
 
-@pytest.mark.parametrize("release", ["shutdown"])
-@pytest.mark.parametrize("op", ["allreduce"])
+@pytest.mark.parametrize("release", ["shutdown", "next-world"])
+@pytest.mark.parametrize("op", ["allreduce", "broadcast"])
 @pytest.mark.parametrize("controller", ["gloo", "mpi"])
 def test_an_op_that_reaches_the_queue_after_its_world_was_shut_down_fails_and_the_next_world_runs(
     shim, tmp_path, controller, op, release):
