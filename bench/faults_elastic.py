@@ -46,6 +46,7 @@ import psutil
 
 from bench.faults_verdicts import promise
 from bench.launches import PYTHON, REPO, STEP_LINE, Hosts, Job, regrown, stalled_after_horovod_died, world_sizes
+from comm.horovod_build import patch_marker
 from progress import emit
 
 NAME, SUBNET = "imcelf", "198.18.16"  # not the tests' (imcelt) nor a user's (imc)
@@ -358,7 +359,15 @@ def rows(only: str, workdir: str, launches: int = LAUNCHES) -> tuple[list[dict],
                     "line": f"not measured: {str(e).splitlines()[0]}"})
   finally:
     hosts.down()
-  return out, resnet50_commit_seconds() if set(chosen) & set(FAULTS) else None
+  return built_with(out), resnet50_commit_seconds() if set(chosen) & set(FAULTS) else None
+
+
+def built_with(rows: list[dict]) -> list[dict]:
+  """Each row with the Horovod build it was measured on, as results/faults_elastic.json keeps it:
+  horovod_patch, the sha256 of scripts/horovod/tensor_queue.patch that build carries
+  (comm/horovod_build.patch_marker(); None: a build without the patch's marker)."""
+  marker = patch_marker()
+  return [dict(r, horovod_patch=marker) for r in rows]
 
 
 def table(rows: list[dict], commit: dict | None, before: dict | None = None) -> str:
