@@ -21,6 +21,7 @@ HOROVOD_SRC=$VENV/src
 HOROVOD_PATCH=scripts/horovod/tensor_queue.patch
 # Written into the installed horovod package after a patched build: the patch's sha256 and the
 # built library's, so check_build tells this build from an unpatched one (or one pip replaced).
+# comm/horovod_build.py writes its text (marker-text) and reads it at run time (patch_marker()).
 PATCH_MARKER=imagenet_minutes_patch.sha256
 # dataset-fashion-mnist: Fashion-MNIST's original IDX files in /usr/share/datasets/fashion-mnist
 # (--dataset=fashion_mnist, input/fashion_mnist.py).
@@ -29,7 +30,6 @@ GPU=${GPU:-0}
 REQUIREMENTS=requirements.txt
 [ "$GPU" = 1 ] && REQUIREMENTS=requirements-gpu.txt
 want_stamp="$(cat requirements-base.txt "$REQUIREMENTS" scripts/setup.sh "$HOROVOD_PATCH" | sha256sum | cut -d' ' -f1) gpu=$GPU"
-PATCH_SHA=$(sha256sum "$HOROVOD_PATCH" | cut -d' ' -f1)
 
 gpu_build_env() {
   # NCCL from the nvidia-nccl-cu12 wheel that tensorflow[and-cuda] installs.
@@ -41,14 +41,7 @@ gpu_build_env() {
 
 # The marker's text for the installed Horovod: the patch's sha256, then its TensorFlow library's.
 patch_marker() {
-  "$PY" - "$PATCH_SHA" "$HOROVOD_PATCH" <<'PY'
-import glob, hashlib, os, sys
-import horovod
-lib, = glob.glob(os.path.join(os.path.dirname(horovod.__file__), "tensorflow", "mpi_lib*.so"))
-print(f"{sys.argv[1]} {sys.argv[2]}")
-with open(lib, "rb") as fh:
-  print(f"{hashlib.file_digest(fh, 'sha256').hexdigest()} tensorflow/{os.path.basename(lib)}")
-PY
+  "$PY" -m comm.horovod_build marker-text "$HOROVOD_PATCH"
 }
 
 check_build() {

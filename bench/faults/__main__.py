@@ -115,7 +115,7 @@ def elastic_faults(only: str, workdir: str, launches: int = elastic.LAUNCHES) ->
                     "line": f"not measured: {str(e).splitlines()[0]}"})
   finally:
     hosts.down()
-  return out, elastic.resnet50_commit_seconds() if set(chosen) & set(elastic.FAULTS) else None
+  return elastic.built_with(out), elastic.resnet50_commit_seconds() if set(chosen) & set(elastic.FAULTS) else None
 
 
 def main(argv=None):

@@ -42,6 +42,7 @@ import subprocess
 
 from bench.harness.hosts import Hosts, regrown, stalled_after_horovod_died, world_sizes
 from bench.harness.launches import PYTHON, REPO, STEP_LINE, Job
+from comm.horovod_build import patch_marker
 from progress import emit
 
 NAME, SUBNET = "imcelf", "198.18.16"  # not the tests' (imcelt) nor a user's (imc)
@@ -63,6 +64,13 @@ NAMES = (*FAULTS, JOIN_DIES)
 JOIN_FROZEN_S = 3  # the joining rank stopped this long before its SIGKILL: the survivor is in the sync by then
 CONNECTED_S = 1    # ... once its connections have held steady this long (Horovod's init is done)
 LAUNCHER = "horovodrun --gloo elastic, 2 emulated hosts x 1 (--min-np 1)"
+
+
+def built_with(rows: list[dict]) -> list[dict]:
+  """The rows, each with the patch marker of the Horovod build that ran them (comm/horovod_build.py:
+  the sha256 of scripts/horovod/tensor_queue.patch it was built with; None: an unpatched build)."""
+  marker = patch_marker()
+  return [dict(r, horovod_patch=marker) for r in rows]
 
 
 def _first_step_after_world(text: str, index: int) -> bool:
