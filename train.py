@@ -99,8 +99,8 @@ def train(stop_request: signals.StopRequest):
   parts = shape.Parts(
       hvd=hvd, model=model, optimizer=optimizer, loss_scale=loss_scale, compression=compression, saver=saver,
       step_var=step_var, watchdog=watchdog, stop_request=stop_request, evaluator=evaluator, input_for=input_for,
-      noise=noise, controller=shape.controller_for(config, noise, mode.log, agree=collectives.decide), log=mode.log,
-      clock=ledger.wall, agree=collectives.average_statistics, ledger=ledger,
+      noise=noise, controller=shape.controller_for(config, noise, mode.log, decide=collectives.decide), log=mode.log,
+      clock=ledger.wall, average_statistics=collectives.average_statistics, ledger=ledger,
       use_powersgd=tf.Variable(False, trainable=False) if powersgd else None,
       rechoose=assembly.Rechoose.of(config, hvd, model, mode.log))
   worlds = assembly.Worlds(parts, functools.partial(flags.build_config, FLAGS))
@@ -110,7 +110,7 @@ def train(stop_request: signals.StopRequest):
   except (flags.ConfigError, checkpoints.CheckpointError, loop.NoProgress) as e:  # the checkpoints stay intact
     fail(str(e))
   # --------------------------------------------------------------- the end --
-  ledger.during("agree", parts.agree)  # a diverged run's too: the check below covers every variable
+  ledger.during("statistics", parts.average_statistics)  # a diverged run's too: the check below covers every variable
   closing.finish(hvd, result, parts, replicated, mode, data.info, parts.compression.summary, resumed_step=resumed)
 
 

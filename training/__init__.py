@@ -27,4 +27,7 @@ Words, one meaning each:
   position     where training is in the data (state.Position); the course reads it, the state holds it
   commit       an --elastic copy of the state to host memory, what a lost peer rolls back to
   nominal step the LR schedule's step: epochs trained in this world's steps (AdaScale: tau)
+  agree        every rank reaches one verdict, a max over ranks (a stop code, inf/NaN weights, the data)
+  decide       rank 0's choice broadcast to every rank (the batch controller's K and compression)
+  average      a mean over ranks (BatchNorm's statistics before a save or evaluation; the gradients)
 """

@@ -15,7 +15,7 @@ A part is `group.detail` or a bare group. The groups, in summary.json's order:
                  input wait between steps inside an epoch (the next batch not ready)
   epoch_input    an epoch's iterator ending, the next one built and its first batch (shuffle fill)
   evaluation     the held-out evaluation, its batches and the allreduce of its sums
-  agree          BatchNorm's statistics averaged over ranks before an evaluation, save or commit
+  statistics     BatchNorm's statistics averaged over ranks before an evaluation, save or commit
   checkpoint     a save (rank 0 writes; the others wait for its verdict)
   commit         --elastic's commit (a copy of the state to host memory)
   resize         --batch_policy=adaptive's change of K: the input at the new batch, its first trace
@@ -31,7 +31,7 @@ overlaps the backward pass, so only a profile (or bench/bench_comm.py's timing o
 import time
 
 UNACCOUNTED = "unaccounted"
-GROUPS = ("startup", "steps", "epoch_input", "evaluation", "agree", "checkpoint", "commit", "resize",
+GROUPS = ("startup", "steps", "epoch_input", "evaluation", "statistics", "checkpoint", "commit", "resize",
           "world_change", "export", "finish", UNACCOUNTED)
 STEPS = "steps"  # the productive group: productive share = its seconds / the wall's
 
@@ -164,7 +164,7 @@ def line(time_block: dict) -> str:
           "(summary.json's time block has every part)")
 
 
-NAMES = {"startup": "start-up", "epoch_input": "epoch input", "agree": "BatchNorm agreement",
+NAMES = {"startup": "start-up", "epoch_input": "epoch input", "statistics": "BatchNorm statistics",
          "world_change": "world changes"}  # the end-of-run line's words for the groups
 
 

@@ -115,7 +115,7 @@ class Work:
   evaluate(on_batch) -> HeldOut or None (no held-out split); on_batch() after each batch; it raises
   training.evaluation.Stopped when a stop was agreed between its batches; save(step) -> bool: False
   when some rank's weights hold inf/NaN (nothing written); schedule(step) -> LR; stop_code() -> this
-  rank's stop request (0: none); agree(): the ranks' BatchNorm statistics made one model's
+  rank's stop request (0: none); average_statistics(): the ranks' BatchNorm statistics made one model's
   (comm.sync.average_statistics, a collective) before every evaluation, save and commit, once a step;
   record(step, record): a completed evaluation's record (rank 0 keeps it beside its checkpoint);
   resize(step) -> a shape.Transition or None (the stretch ends RESIZED after that step, nothing saved:
@@ -126,7 +126,7 @@ class Work:
   save: Callable
   schedule: Callable
   stop_code: Callable
-  agree: Callable = lambda: None
+  average_statistics: Callable = lambda: None
   record: Callable = lambda step, record: None
   resize: Callable | None = None
   clock: Callable = time.time
@@ -144,7 +144,7 @@ class Loop:
     self.evaluate_fn, self.save_fn, self.schedule, self.stop_code = work.evaluate, work.save, work.schedule, \
         work.stop_code
     self.clock, self.gain, self.resize, self.record = work.clock, work.gain, work.resize, work.record
-    self.agree, self.agreed = work.agree, None  # the step the statistics were last agreed at
+    self.average_statistics, self.averaged_at = work.average_statistics, None  # the step they were last averaged
     self.resize_to, self.spe = 0, data.steps_per_epoch
     self.held = self.reached = None
     self.skipped = self.agreed_stop = 0
@@ -300,11 +300,11 @@ class Loop:
                   stop_code=self.agreed_stop, images=self.course.position.images,
                   gain=self.r if self.gain else None, tau=self.course.position.tau, resize_to=self.resize_to)
 
-  def _agree(self, step: int) -> None:
+  def _one_model(self, step: int) -> None:
     """One model before it is measured, saved or committed (every rank reaches the same steps)."""
-    if self.agreed != step:
-      self.agree()
-      self.agreed = step
+    if self.averaged_at != step:
+      self.average_statistics()
+      self.averaged_at = step
 
   def _eval_due(self, into: int, last_batch: int = 0) -> bool:
     """Whether an --eval_every evaluation falls after the step just taken (into: its steps into the
@@ -350,7 +350,7 @@ class Loop:
       self._recall(record)
       self._tell("evaluated_before", step, nominal, self.held)
       return TARGET if self.reached else None
-    self._agree(step)
+    self._one_model(step)
     self._tell("before", "eval", step)
     try:
       held = self.evaluate_fn(lambda: self._tell("after_eval_batch", step))
@@ -373,7 +373,7 @@ class Loop:
     return TARGET
 
   def _save(self, step: int) -> bool:
-    self._agree(step)
+    self._one_model(step)
     self._tell("before", "checkpoint", step)
     ok = self.save_fn(step)
     self._tell("after_save", step)
@@ -383,7 +383,7 @@ class Loop:
 
   def _commit(self, step: int, force: bool = False, final: bool = False) -> None:
     if self.course.commit_due(step, force):
-      self._agree(step)
+      self._one_model(step)
       self._tell("before_commit", step)
     if self.course.commit(step, force, final):
       self._tell("after_commit", step)

@@ -52,7 +52,7 @@ class Transition:
 class Parts:
   """What a run is made of, built once before its first world (train.py). use_powersgd: the variable
   the traced steps read to choose PowerSGD's exchange or the plain one (None: no PowerSGD);
-  evaluator(data) -> the loop's evaluate; agree(): BatchNorm's statistics averaged over ranks;
+  evaluator(data) -> the loop's evaluate; average_statistics(): BatchNorm's statistics averaged over ranks;
   input_for(config, world) -> this rank's input; rechoose(world, current) -> the compression for a new world
   (--compression=auto under --elastic: comm.exchange.choose_auto), or None to keep start-up's;
   ledger: the run's time ledger (training/ledger.py)."""
@@ -68,7 +68,7 @@ class Parts:
   noise: object
   controller: object
   evaluator: Callable
-  agree: Callable
+  average_statistics: Callable
   input_for: Callable
   log: Callable
   clock: Callable
@@ -78,16 +78,16 @@ class Parts:
   ledger: ledger_lib.Ledger = dataclasses.field(default_factory=ledger_lib.Ledger)
 
 
-def controller_for(config, noise, log, agree):
+def controller_for(config, noise, log, decide):
   """The run's batch controller (training/adaptive/batch_control.py), or None: under --batch_policy=adaptive it
   chooses K and, under --compression=auto, the exchange too; under auto alone, the exchange at the
-  fixed K. agree(value) -> rank 0's value on every rank (one broadcast a decision)."""
+  fixed K. decide(value) -> rank 0's value on every rank (one broadcast a decision)."""
   compression = config.comm.compression
   if not (config.data.adaptive or compression == "auto"):
     return None
   compressions = {"auto": (NONE, POWERSGD), "powersgd": (POWERSGD,)}.get(compression, (NONE,))
   return batch_control.Controller(config.data.batch_size, config.optim.base_batch, config.data.decide_every,
-                                  noise or Unmeasured(), agree=agree, log=log, compressions=compressions)
+                                  noise or Unmeasured(), decide=decide, log=log, compressions=compressions)
 
 
 class Unmeasured:
@@ -264,8 +264,9 @@ class Run:
     timing = hooks.Timing(p.ledger, config.data.global_batch, self._opening(), traced=traced,
                           writer=p.writers.get("tb") if world.is_chief else None)
     work = loop_lib.Work(evaluate=p.evaluator(data), save=functools.partial(self._save, course), schedule=schedule,
-                         stop_code=p.stop_request.asked, agree=p.ledger.timed("agree", p.agree),
-                         record=p.saver.record_evaluation, resize=self.reshape, clock=p.clock, gain=gain)
+                         stop_code=p.stop_request.asked, record=p.saver.record_evaluation,
+                         average_statistics=p.ledger.timed("statistics", p.average_statistics),
+                         resize=self.reshape, clock=p.clock, gain=gain)
     loop = loop_lib.Loop(
         course, data, train_step, work=work, policy=loop_lib.Policy.of(config, self.eval_batch),
         hooks=[timing, hooks.StepVariable(p.step_var), hooks.Watching(p.watchdog), *filter(None, [measuring]),

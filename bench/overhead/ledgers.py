@@ -2,8 +2,8 @@
 import statistics
 
 # The parts an epoch's end costs: its iterator ending and the next built, the evaluation, BatchNorm's
-# agreement, the checkpoint and --elastic's commit (docs/time.md).
-EPOCH_END = ("epoch_input", "evaluation", "agree", "checkpoint", "commit")
+# averaging, the checkpoint and --elastic's commit (docs/time.md).
+EPOCH_END = ("epoch_input", "evaluation", "statistics", "checkpoint", "commit")
 SHARE_AFTER_STARTUP, EPOCH_END_SHARE, WALL_OVER_STEPS = 0.90, 0.05, 2.0  # issue 44's targets
 
 

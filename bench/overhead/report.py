@@ -1,6 +1,6 @@
 """results/overhead.md and overhead.png from the program's record (bench/overhead/__main__.py)."""
 
-SHOWN = ("startup", "steps", "epoch_input", "evaluation", "agree", "checkpoint", "export", "finish", "unaccounted")
+SHOWN = ("startup", "steps", "epoch_input", "evaluation", "statistics", "checkpoint", "export", "finish", "unaccounted")
 
 
 def _range(m: list, fmt: str) -> str:
@@ -17,7 +17,7 @@ def markdown(record: dict) -> str:
            f"Commit {s['commit']}, {s['date']}, {s['cores']} cores ({s['cpu']}), launches of each configuration: "
            f"{launches}, 2 ranks under horovodrun on one host{', --quick (shorter runs)' if s['quick'] else ''}. "
            "Each figure is the median of the launches, with their range; the parts are training/ledger.py's "
-           "(docs/time.md). The epoch ends' share is their seconds (epoch input, evaluation, BatchNorm agreement, "
+           "(docs/time.md). The epoch ends' share is their seconds (epoch input, evaluation, BatchNorm statistics, "
            "checkpoint, commit) over the steps' seconds: per epoch, the same ratio.", "",
            "| configuration | wall s | steps s | start-up s | productive share | after start-up | epoch ends / steps |",
            "|---|---|---|---|---|---|---|"]

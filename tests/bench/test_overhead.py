@@ -10,7 +10,7 @@ def summary(wall, groups, epochs=4.0):
 
 def test_figures_read_the_shares_off_the_groups():
   f = ledgers.figures(summary(100.0, {"startup": 20.0, "steps": 72.0, "epoch_input": 1.0, "evaluation": 4.0,
-                                      "agree": 0.5, "checkpoint": 1.5, "export": 1.0}))
+                                      "statistics": 0.5, "checkpoint": 1.5, "export": 1.0}))
   assert f["productive_share"] == pytest.approx(0.72)
   assert f["productive_share_after_startup"] == pytest.approx(0.9)     # 72 of the 80 s after start-up
   assert f["epoch_end_share_of_steps"] == pytest.approx(7.0 / 72.0)    # export is not an epoch end's

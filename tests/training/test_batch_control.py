@@ -37,10 +37,10 @@ def line(fixed=0.5, micro=0.1):
 PRIOR = Prior(micro=0.1, exchange={"none": 0.5})
 
 
-def controller(b_simple=1e6, every=10, agree=lambda pair: pair, lines=None, ranks=2, k_range=(1, 8), prior=PRIOR,
+def controller(b_simple=1e6, every=10, decide=lambda pair: pair, lines=None, ranks=2, k_range=(1, 8), prior=PRIOR,
                compressions=("none",)):
   clock = Clock()
-  c = Controller(micro_batch=32, base_batch=32, every=every, noise=Noise(b_simple), agree=agree,
+  c = Controller(micro_batch=32, base_batch=32, every=every, noise=Noise(b_simple), decide=decide,
                  log=lambda fmt, *args: (lines if lines is not None else []).append(fmt % args), clock=clock,
                  compressions=compressions)
   c.new_world(ranks, k_range, prior)
@@ -95,7 +95,7 @@ def test_the_first_updates_of_a_stretch_are_not_timed_and_evaluations_are_not_st
 
 def test_it_decides_every_n_updates_once_the_current_pair_is_timed():
   asked = []
-  c, clock = controller(every=10, agree=lambda pair: asked.append(pair) or pair)
+  c, clock = controller(every=10, decide=lambda pair: asked.append(pair) or pair)
   c.stretch(1, "none")
   # Exchange-bound (0.5 s against 0.1 s a micro-batch) with B_simple far above any batch: r = S,
   # so the largest K makes the most progress a second.
@@ -206,7 +206,7 @@ def test_a_gain_within_the_estimates_spread_does_not_move_it():
 
 def test_rank_0s_choice_is_every_ranks_and_each_change_is_one_line_and_a_summary_row():
   lines = []
-  c, clock = controller(agree=lambda pair: (4, "none"), lines=lines)  # rank 0 chose 4
+  c, clock = controller(decide=lambda pair: (4, "none"), lines=lines)  # rank 0 chose 4
   c.stretch(1, "none")
   assert train(c, clock, 12) == (10, (4, "none"))
   assert len(lines) == 1 and lines[0].startswith("batch: K 1 -> 4 (global batch 64 -> 256) at update 10: ")
@@ -272,20 +272,20 @@ def test_every_rank_makes_the_decisions_collective_at_the_same_updates():
   # make faults' elastic-adaptive-powersgd row stalled 310 s at update 50 until the watchdog ended it).
   calls = {"survivor": [], "joiner": []}
   rank0 = {"pair": (1, "none")}  # what rank 0 chose: the survivor is rank 0
-  survivor, clock = controller(agree=lambda pair: calls["survivor"].append(pair) or rank0.update(pair=pair) or pair)
+  survivor, clock = controller(decide=lambda pair: calls["survivor"].append(pair) or rank0.update(pair=pair) or pair)
   survivor.stretch(1, "none")
   train(survivor, clock, 8)
   survivor.stretch(2, "none")
   train(survivor, clock, 8, first=9)
   survivor.new_world(2, (1, 8), PRIOR)
-  joiner, joiner_clock = controller(agree=lambda pair: calls["joiner"].append(pair) or rank0["pair"])
+  joiner, joiner_clock = controller(decide=lambda pair: calls["joiner"].append(pair) or rank0["pair"])
   for c in (survivor, joiner):  # as training/shape.Run.begin: start, no stretch (the survivor's count was 14)
     c.start(1, 128, "none", step=16)
   assert len(calls["survivor"]) == len(calls["joiner"]) == 1
   assert joiner.fit is None and survivor.fit is not None
   assert joiner.k == survivor.k == 8  # the joiner takes rank 0's
   # Then each asks after the same updates, however long its own took (rank 0's pair stays here).
-  survivor.agree = lambda pair: calls["survivor"].append(pair) or (8, "none")
+  survivor.decide = lambda pair: calls["survivor"].append(pair) or (8, "none")
   for c, clk, slow in ((survivor, clock, 0.0), (joiner, joiner_clock, 5.0)):
     assert train(c, clk, 30, first=17, truth=line(0.5 + slow)) is None
   # The first pair, then updates 30 and 40 (at 20 the stretch has had 4 updates, 2 of them untimed).

@@ -230,7 +230,7 @@ def test_under_the_adaptive_policy_a_resumed_run_keeps_tau_and_goes_on_near_its_
   assert restored.tau == 60.0 and restored.global_batch == 256
   assert "tau 60.0 base-batch steps" in lines[0] and "goes on near its global batch 256" in lines[0], lines
   assert "the global batch was" not in lines[0]  # it is not changing to the flags' 64
-  c = Controller(micro_batch=32, base_batch=32, every=50, noise=None, agree=lambda k: k, log=print)
+  c = Controller(micro_batch=32, base_batch=32, every=50, noise=None, decide=lambda k: k, log=print)
   c.new_world(2, (1, 8), goodput.Prior(micro=0.05, exchange={"none": 0.01}))
   assert c.start_k(1, restored.global_batch) == 4
 

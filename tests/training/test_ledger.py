@@ -55,16 +55,16 @@ def test_during_goes_back_to_the_part_before_it_also_when_the_call_raises():
   clock = Clock()
   book = ledger.Ledger(start=clock(), clock=clock, part="steps.compute")
 
-  def agree():
+  def statistics():
     clock.advance(2.0)
     raise RuntimeError("a peer was lost")
 
   with pytest.raises(RuntimeError):
-    book.during("agree", agree)
+    book.during("statistics", statistics)
   clock.advance(1.0)
   assert book.part == "steps.compute"
-  assert book.now() == {"steps.compute": 1.0, "agree": 2.0}
-  assert book.timed("agree", lambda x: x + 1)(1) == 2
+  assert book.now() == {"steps.compute": 1.0, "statistics": 2.0}
+  assert book.timed("statistics", lambda x: x + 1)(1) == 2
 
 
 def test_groups_follow_the_documented_order_and_unknown_ones_come_last():
@@ -116,7 +116,7 @@ class Data:
 
 def fake_run(clock, hooks, spe=4, epochs=2.0):
   """The real Loop over a fake world of one rank: a step takes 1 s, an evaluation 2 s, a save 0.5 s,
-  BatchNorm's agreement 0.25 s (through ledger.timed, as training/shape.py passes it)."""
+  BatchNorm's averaging 0.25 s (through ledger.timed, as training/shape.py passes it)."""
   position = Position(epoch=0, current=None, images=0, step=0)
   run = course.Course(RunState.at(position), types.SimpleNamespace(epochs=epochs, max_steps=0),
                       types.SimpleNamespace(size=1), types.SimpleNamespace(step_batch=1, global_batch=1))
@@ -135,7 +135,7 @@ def fake_run(clock, hooks, spe=4, epochs=2.0):
 
   book = hooks[0].ledger
   work = loop.Work(evaluate=evaluate, save=save, schedule=lambda s: 0.1, stop_code=lambda: 0, clock=clock,
-                   agree=book.timed("agree", lambda: clock.advance(0.25)))
+                   average_statistics=book.timed("statistics", lambda: clock.advance(0.25)))
   return loop.Loop(run, Data(spe), step, work=work, policy=loop.Policy(), hooks=hooks).run()
 
 
@@ -147,10 +147,10 @@ def test_the_loop_charges_each_phase_to_its_part(traced, first_step, compute):
   ending = fake_run(clock, [Timing(book, images=1, opening="startup", traced=traced)])
   assert ending.cause == loop.FINISHED and ending.step == 8
   parts = book.now()
-  # 2 epochs of 4 steps: saves and evaluations at epoch 1's end and the run's (each agreed once before)
+  # 2 epochs of 4 steps: saves and evaluations at epoch 1's end and the run's (the statistics averaged once before each)
   assert parts.get("startup.first_step", 0.0) == first_step
   assert parts["steps.compute"] == compute
-  assert parts["evaluation"] == 4.0 and parts["checkpoint"] == 1.0 and parts["agree"] == 0.5
+  assert parts["evaluation"] == 4.0 and parts["checkpoint"] == 1.0 and parts["statistics"] == 0.5
   assert parts["startup.imports"] == 3.0
   assert sum(parts.values()) == pytest.approx(book.wall())
   assert book.images == 8 and book.step_images == 8 - first_step

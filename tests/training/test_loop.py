@@ -53,7 +53,7 @@ class Run:
 
   def __init__(self, spe=4, epochs=2.0, max_steps=0, start=0, policy=Policy(), nonfinite=(), stop_at=None,
                stop_now=0, top1=lambda step: 0.1, bad_saves=(), data=None, the_course=None, max_evals=50,
-               resize=None, agree=False, stop_in_eval=()):
+               resize=None, averaging=False, stop_in_eval=()):
     self.stop_in_eval, self.records = set(stop_in_eval), []
     self.events, self.nonfinite, self.stop_at, self.top1 = [], set(nonfinite), stop_at, top1
     self.bad_saves, self.code, self.max_evals = set(bad_saves), stop_now, max_evals
@@ -62,7 +62,8 @@ class Run:
     self.hook = Recorder(self.events)
     work = Work(evaluate=self.evaluate, save=self.save, schedule=lambda s: 0.5 + s, stop_code=lambda: self.code,
                 clock=lambda: 12.34, resize=resize, record=lambda step, record: self.records.append(record),
-                agree=(lambda: self.events.append(("agree", self.course.step))) if agree else (lambda: None))
+                average_statistics=(lambda: self.events.append(("average", self.course.step))) if averaging
+                else (lambda: None))
     self.loop = Loop(self.course, self.data, self.step, work=work, policy=policy, hooks=[self.hook])
 
   def step(self, images, labels, lr, stop):
@@ -287,15 +288,15 @@ def elastic_course(state, commit_every=3, epochs=2.0, max_steps=0):
   return course.Elastic(state, commit_every, types.SimpleNamespace(epochs=epochs, max_steps=max_steps), ONE, UNIT)
 
 
-def test_the_statistics_are_agreed_once_before_each_step_is_saved_evaluated_or_committed():
+def test_the_statistics_are_averaged_once_before_each_step_is_saved_evaluated_or_committed():
   # One model (comm.sync.average_statistics) before whatever measures, saves or commits it: once a step.
-  _, events = Run(spe=4, epochs=1, policy=Policy(eval_every=3), agree=True).run()
-  assert events == steps(1, 2, 3) + [("agree", 3), ("save", 3), ("eval", 3), ("step", 4), ("agree", 4), ("save", 4),
+  _, events = Run(spe=4, epochs=1, policy=Policy(eval_every=3), averaging=True).run()
+  assert events == steps(1, 2, 3) + [("average", 3), ("save", 3), ("eval", 3), ("step", 4), ("average", 4), ("save", 4),
                                      ("eval", 4)]
-  _, events = Run(data=Data(4, num_train=32), the_course=elastic_course(FakeState()), agree=True).run()
-  assert events[:9] == steps(1, 2, 3) + [("agree", 3), ("commit", 3), ("step", 4), ("agree", 4), ("save", 4),
+  _, events = Run(data=Data(4, num_train=32), the_course=elastic_course(FakeState()), averaging=True).run()
+  assert events[:9] == steps(1, 2, 3) + [("average", 3), ("commit", 3), ("step", 4), ("average", 4), ("save", 4),
                                          ("eval", 4)]
-  assert events[9:11] == [("commit", 4), ("step", 5)]  # the epoch end's commit reuses the agreement
+  assert events[9:11] == [("commit", 4), ("step", 5)]  # the epoch end's commit reuses the averaging
 
 
 def test_elastic_commits_every_n_steps_and_at_each_checkpoint():

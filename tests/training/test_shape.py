@@ -153,7 +153,7 @@ def parts_for(tmp, rank: int, plan: Plan, record: Record) -> shape.Parts:
       step_var=tf.Variable(0, dtype=tf.int64), watchdog=Watchdog(rank, 2, 0, tmp),  # floor 0: never fires
       stop_request=types.SimpleNamespace(code=0, asked=lambda: 0), noise=types.SimpleNamespace(b_simple=400.0, restore=lambda s: None),
       controller=Controller(plan), evaluator=lambda data: lambda on_batch: HeldOut(0.5, 0.9, 1.0, 300),
-      agree=lambda: None, input_for=lambda config, world: built(config.data, world),
+      average_statistics=lambda: None, input_for=lambda config, world: built(config.data, world),
       log=lambda *a: None, clock=lambda: 1.0, use_powersgd=tf.Variable(False))
   parts.record, parts.plan = record, plan
   return parts

@@ -102,18 +102,18 @@ class Controller(Hook):
   decisions.
 
   micro_batch: the per-rank micro-batch; base_batch: AdaScale's B0; every: updates between
-  decisions; noise: the run's NoiseScale; agree((k, c)) -> rank 0's (k, c) on every rank (train.py:
+  decisions; noise: the run's NoiseScale; decide((k, c)) -> rank 0's (k, c) on every rank (train.py:
   one Horovod broadcast of the pair; in-process tests: the identity); log: rank 0's lines; clock:
   seconds; compressions: the c's this run may choose, ('none',), ('powersgd',) or both (auto).
   A world: new_world, then start; then the loop's hooks time each update, resize decides, and
   stretch(k, c) begins each stretch; `k` and `c` are the current pair."""
 
-  def __init__(self, micro_batch: int, base_batch: int, every: int, noise, agree, log,
+  def __init__(self, micro_batch: int, base_batch: int, every: int, noise, decide, log,
                clock=time.perf_counter, compressions=("none",)):
     if not compressions or set(compressions) - set(goodput.COMPRESSIONS):
       raise ValueError(f"compressions: some of {goodput.COMPRESSIONS}, got {compressions}")
     self.micro_batch, self.base_batch, self.every, self.noise = micro_batch, base_batch, every, noise
-    self.agree, self.log, self.clock, self.compressions = agree, log, clock, tuple(compressions)
+    self.decide, self.log, self.clock, self.compressions = decide, log, clock, tuple(compressions)
     self.configured = self.compressions  # what it was made with; offer() narrows what it may choose now
     self.ranks, self.k_min, self.k_max, self.k, self.c = 1, 1, 1, 1, self.compressions[0]
     self.prior: goodput.Prior | None = None
@@ -182,7 +182,7 @@ class Controller(Hook):
       decision = self._choose(at, model)
       if decision.c != at[1] and not self._holds(decision, at):
         decision = self._choose(at, model.only(at[1]))
-      pair = self._agree((decision.k, decision.c))
+      pair = self._decided((decision.k, decision.c))
       why = []
       if k0 != k_flag:
         why.append(f"the nearest K to the global batch trained last ({global_batch}) within K {self.k_min}.."
@@ -260,8 +260,8 @@ class Controller(Hook):
     """Whether the decision's c is chosen whatever the overlap in OVERLAP_RANGE."""
     return all(self._choose(now, self.model(end)).c == decision.c for end in goodput.OVERLAP_RANGE)
 
-  def _agree(self, pair: Pair) -> Pair:
-    k, c = self.agree(pair)  # rank 0's, on every rank
+  def _decided(self, pair: Pair) -> Pair:
+    k, c = self.decide(pair)  # rank 0's, on every rank
     return int(k), str(c)
 
   def resize(self, step: int) -> Pair | None:
@@ -294,7 +294,7 @@ class Controller(Hook):
       decision, kind = back, "return"
     else:
       decision, kind = self._try(model) or (decision, "choice")
-    pair = self._agree((decision.k, decision.c))
+    pair = self._decided((decision.k, decision.c))
     if pair == now:
       return now
     self._record(step, now, pair, self._rate(pair, model) / self._rate(now, model), kind)
