@@ -6,6 +6,7 @@ The rooms (a change belongs where its subject lives):
                   RunState, the variables and position every rank holds alike (a Horovod elastic State)
   course.py       the arithmetic on a position: the step the LR schedule is at, what is due, when it ends
   step.py         the traced train and eval steps (the exchange, accumulation, loss scaling)
+  trainer.py      a world's trainer: its exchange, the step at each K (kept), the compression switch
   evaluation.py   the held-out evaluation over every rank's share
   loop.py         the loop at one shape: steps, evaluations, saves and commits in order; hooks.py
                   holds what it tells after each (progress, watchdog, noise scale, time ledger)

@@ -1,4 +1,4 @@
-"""What a run is at any moment, and the transitions that change it: one module (issue 38).
+"""What a run is at any moment, and the transitions that change it (the trainer: training/trainer.py).
 
 A run's shape is its world (ranks, nodes), the accumulation steps K (the global batch is K x the
 micro-batch x the ranks), whether PowerSGD compresses the exchange, and where it is: the course's
@@ -30,14 +30,12 @@ from typing import Callable
 
 import tensorflow as tf
 
-from comm import exchange as exchange_lib, sync
 from optimizers import adascale, schedules
 from progress import Progress
-from comm import compression_choice
 from training import hooks, ledger as ledger_lib, loop as loop_lib, modes, step as step_lib
-from training.adaptive import batch_control, goodput
+from training.trainer import NONE, POWERSGD, Trainer
+from training.adaptive import batch_control
 
-NONE, POWERSGD = "none", "powersgd"  # what a step sends: every gradient whole, or PowerSGD's P and Q
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +103,6 @@ class Run:
 
   def __init__(self, parts: Parts, world, config, data, course, later: bool = False):
     self.parts, self.world, self.config, self.data, self.course, self.later = parts, world, config, data, course, later
-    self.steps: dict[int, object] = {}  # K -> this world's traced train step
-    self.compressing = NONE
     self.started = False  # past --compression_start
     self.eval_batch = config.data.global_batch  # --eval_every's steps: of the world's batch as the flags set it
     self.stretches = 0
@@ -123,14 +119,13 @@ class Run:
       p.noise.restore(self.course.position.noise)
     if p.rechoose and (self.later or not p.compression.chosen):  # auto: this world's links, priced (collectives)
       p.compression = p.rechoose(world, p.compression)
-    # hybrid probes the links here, unless --compression=auto did (its model is reused)
-    self.exchange = exchange_lib.make_gradient_exchange(p.hvd, config.comm, world, p.log, model=p.compression.cost)
+    self.trainer = self.trainer_for(world, config)  # the exchange for this world's links (hybrid probes them)
     self.started = int(p.step_var) >= config.comm.compression_start
     k, compression = config.data.accumulation_steps, self._flag_compression()
     if p.controller:
       p.controller.offer((NONE, POWERSGD) if self.started else (NONE,))  # PowerSGD from --compression_start on
       p.controller.new_world(world.size, config.data.k_range(world.size) if config.data.adaptive else (k, k),
-                             self._prior())
+                             self.trainer.prior(config, self.data.info))
       k, compression = p.controller.start(k, self.course.position.global_batch, compression, self.course.step)
     self.set_compression(compression)
     if k != config.data.accumulation_steps:
@@ -151,10 +146,7 @@ class Run:
 
   def set_compression(self, compression: str) -> None:
     """Steps from here send PowerSGD's P and Q (POWERSGD) or every gradient whole (NONE)."""
-    if self.parts.use_powersgd is None:
-      return
-    self.compressing = compression
-    self.parts.use_powersgd.assign(compression == POWERSGD)
+    self.trainer.set_compression(compression)
 
   def _flag_compression(self) -> str:
     """What the flags say a step sends now: PowerSGD from --compression_start on, where it was chosen."""
@@ -195,36 +187,11 @@ class Run:
       self.set_compression(change.compression)
       if change.k != self.config.data.accumulation_steps:
         self.change_k(change.k)
-    return modes.WorldRun(self.world, self.config, ending, self.exchange.plan)
+    return modes.WorldRun(self.world, self.config, ending, self.trainer.exchange.plan)
 
-  def step_for(self, k: int):
-    """The train step at K micro-batches, traced once in this world and kept (as fast as the fixed-K
-    step it is: issue 38 asked within 3%, bench/step_cache.py measures it)."""
-    if k not in self.steps:
-      p, config = self.parts, self.config
-      sizes = p.noise and step_lib.noise_sizes(self.world.size, config.data.batch_size, k)  # _stretch says why not
-      self.steps[k] = step_lib.make_train_step(
-          p.model, p.optimizer, self.exchange, p.loss_scale, self.data.info.num_classes,
-          options=step_lib.StepOptions(
-              label_smoothing=config.optim.label_smoothing, accumulation_steps=k, agree=sync.agree_max(p.hvd),
-              noise=sizes[0] if sizes else None, average=functools.partial(p.hvd.allreduce, op=p.hvd.Average),
-              identical_norms=bool(config.optim.adascale_base), powersgd=p.compression.powersgd,
-              compressing=(lambda: p.use_powersgd) if p.use_powersgd is not None else None,
-              step=lambda: p.step_var, seed=config.run.seed))
-    return self.steps[k]
-
-  def _prior(self):
-    """The batch controller's prior for this world (training/goodput.Prior): a micro-batch's compute
-    timed alone, the exchange timed alone each way this run may send, the overlap prior."""
-    p, config = self.parts, self.config
-    variables = p.model.trainable_variables
-    spec = tf.TensorSpec([config.data.batch_size, *self.data.info.image_shape], p.model.compute_dtype)
-    exchange = {NONE: step_lib.time_exchange(self.exchange, variables)}
-    if p.compression.powersgd is not None:
-      exchange[POWERSGD] = step_lib.time_exchange(
-          lambda grads: self.exchange.compressed(grads, p.compression.powersgd)[0], variables)
-    return goodput.Prior(micro=step_lib.time_compute(p.model, p.loss_scale, self.data.info.num_classes, spec),
-                         exchange=exchange, overlap=compression_choice.OVERLAP)
+  def trainer_for(self, world, config) -> Trainer:
+    """This world's trainer (training/trainer.py)."""
+    return Trainer(self.parts, world, config)
 
   def _save(self, course, step: int) -> bool:
     """The loop's save: checkpoint `step` with the course's position (training/persist/saving.py)."""
@@ -259,8 +226,9 @@ class Run:
     p.log("training %s %d..%d (%d per epoch, %.1f epochs)", "base-batch steps" if gain else "steps",
           course.nominal_step(spe), course.last_step(spe), course.per_epoch(spe),
           course.last_step(spe) / course.per_epoch(spe))
-    traced = config.data.accumulation_steps not in self.steps  # its first step traces it
-    train_step = step_lib.host_step(self.step_for(config.data.accumulation_steps))
+    traced = config.data.accumulation_steps not in self.trainer.steps  # its first step traces it
+    train_step = step_lib.host_step(self.trainer.step_for(config.data.accumulation_steps, config,
+                                                          data.info.num_classes))
     timing = hooks.Timing(p.ledger, config.data.global_batch, self._opening(), traced=traced,
                           writer=p.writers.get("tb") if world.is_chief else None)
     work = loop_lib.Work(evaluate=p.evaluator(data), save=functools.partial(self._save, course), schedule=schedule,

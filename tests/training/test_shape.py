@@ -28,7 +28,7 @@ from flags.config import (CommConfig, Config, DataConfig, EvalConfig, FaultConfi
 from input import pipeline
 from input.datasets import DIGITS
 from optimizers import schedules
-from training import course as course_lib, loop, modes, shape
+from training import course as course_lib, loop, modes, shape, trainer as trainer_lib
 from training.state import Position, RunState
 from training.evaluation import HeldOut
 from training.persist.saving import Saver
@@ -112,26 +112,38 @@ class Record:
     self.shapes = {step: shapes for step, shapes in self.shapes.items() if step <= to}
 
 
-class FakeRun(shape.Run):
-  """shape.Run with the fake step, and no prior to time (the exchange's and the compute's are a real run's)."""
+class FakeTrainer(trainer_lib.Trainer):
+  """The trainer with the fake step, and no prior to time (the exchange's and the compute's are a real run's)."""
 
-  def step_for(self, k):
-    record, plan, course = self.parts.record, self.parts.plan, self.course
+  def __init__(self, run):
+    self.run, self.parts, self.world, self.steps, self.compressing = run, run.parts, run.world, {}, shape.NONE
+    self.exchange = types.SimpleNamespace(plan=[])
+
+  def step_for(self, k, config, num_classes):
+    run = self.run
+    record, plan, course = run.parts.record, run.parts.plan, run.course
 
     def step(images, labels, lr, stop):
       taking = course.step + 1
-      if plan.step_of("W") is not None and taking == plan.step_of("W") + 1 and self.world.size == 2:
+      if plan.step_of("W") is not None and taking == plan.step_of("W") + 1 and run.world.size == 2:
         raise LostHost(f"a host lost during step {taking}")
       record.examples += [(taking, course.position.epoch, image.tobytes()) for image in images.numpy()]
-      record.lrs.append((taking, course.position.tau, float(lr), self.config.data.global_batch / B0))
+      record.lrs.append((taking, course.position.tau, float(lr), run.config.data.global_batch / B0))
       record.shapes.setdefault(taking, set()).add(
-          (self.world.size, self.config.data.accumulation_steps, bool(self.parts.use_powersgd.numpy())))
-      stopping = plan.step_of("R") is not None and taking == plan.step_of("R") and self.world.size == 2
+          (run.world.size, run.config.data.accumulation_steps, bool(run.parts.use_powersgd.numpy())))
+      stopping = plan.step_of("R") is not None and taking == plan.step_of("R") and run.world.size == 2
       return StepOut(loss=1.0, correct=0.0, finite=True, stop=15 if stopping else 0, sq_small=0.0, sq_big=0.0)
     return step
 
-  def _prior(self):
+  def prior(self, config, info):
     return None
+
+
+class FakeRun(shape.Run):
+  """shape.Run with the fake trainer."""
+
+  def trainer_for(self, world, config):
+    return FakeTrainer(self)
 
 
 INPUTS = {}  # the inputs the pairs build, kept: an Input deals each epoch afresh, so it can serve again
