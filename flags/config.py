@@ -175,6 +175,7 @@ class EvalConfig:
   eval_every: int      # steps between held-out evaluations within an epoch, besides its end (0: ends only)
   target_top1: float   # held-out top-1 that ends the run (0: none)
   target_top5: float
+  eval_every_epochs: int = 1  # epoch ends between held-out evaluations (the run's end always evaluates)
 
   @property
   def has_target(self) -> bool:

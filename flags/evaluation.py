@@ -10,6 +10,10 @@ def define() -> None:
       "at the end of each epoch and of the run); with a target, each evaluation can end the run. Steps of "
       "the global batch the flags set: where the batch controller changes it (--batch_policy=adaptive), "
       "every N x that batch's images.")
+  absl_flags.DEFINE_integer(
+      "eval_every_epochs", 1, "Evaluate on the held-out split at the end of every N-th epoch (1: every epoch; "
+      "MLPerf's ResNet-50 reference: 4), and always at the run's end. Each epoch's end still writes a "
+      "checkpoint; with a target, only the epochs evaluated can end the run there.")
   absl_flags.DEFINE_float(
       "target_top1", 0, "Time to accuracy: stop every rank once the held-out top-1 reaches this "
       "fraction, in (0, 1] (MLPerf ResNet-50: 0.759), and report time_to_target_seconds from "
@@ -22,6 +26,9 @@ def build(f, dataset: DatasetInfo) -> EvalConfig:
   if f.eval_every < 0:
     raise ConfigError(f"--eval_every={f.eval_every} is negative; pass a number of steps, or 0 to evaluate "
                       "at epoch ends only.")
+  if f.eval_every_epochs < 1:
+    raise ConfigError(f"--eval_every_epochs={f.eval_every_epochs} is below 1; pass 1 to evaluate at every "
+                      "epoch's end, or N for every N-th.")
   for name in ("target_top1", "target_top5"):
     value = getattr(f, name)
     if not 0 <= value <= 1:
@@ -30,4 +37,5 @@ def build(f, dataset: DatasetInfo) -> EvalConfig:
     if value and dataset.num_eval == 0 and not dataset.on_disk:
       raise ConfigError(f"--{name} needs a held-out split, and --dataset={dataset.name} has none; "
                         "train on a data set with one, or drop the target.")
-  return EvalConfig(eval_every=f.eval_every, target_top1=f.target_top1, target_top5=f.target_top5)
+  return EvalConfig(eval_every=f.eval_every, target_top1=f.target_top1, target_top5=f.target_top5,
+                    eval_every_epochs=f.eval_every_epochs)

@@ -46,6 +46,7 @@ class Policy:
   checkpoint_every: int = 0    # steps between checkpoints besides epoch ends (0: epoch ends only)
   fp16: bool = False           # an overflow skips a step instead of ending the run
   max_skipped: int = 10        # fp16: skipped steps in a row that count as a divergence
+  eval_every_epochs: int = 1   # epoch ends between evaluations (MLPerf's: 4); the run's end always evaluates
 
   @classmethod
   def of(cls, config, eval_batch: int = 0) -> "Policy":
@@ -55,7 +56,7 @@ class Policy:
     return cls(eval_every=e.eval_every, eval_images=e.eval_every * eval_batch, target_top1=e.target_top1,
                target_top5=e.target_top5,
                checkpoint_every=config.run.checkpoint_every, fp16=config.optim.precision == "fp16",
-               max_skipped=config.faults.max_skipped_steps)
+               max_skipped=config.faults.max_skipped_steps, eval_every_epochs=e.eval_every_epochs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,7 +269,7 @@ class Loop:
     step = course.step
     if not self._save(step):  # before the evaluation, and before the epoch counts as ended (module docstring)
       return outcome.DIVERGED, NONFINITE_WEIGHTS
-    end = self._evaluate()
+    end = self._evaluate() if (epoch + 1) % self.policy.eval_every_epochs == 0 else None
     if end == SIGNAL:  # the epoch's end is not counted: its evaluation runs again after the resume
       return self._ended_by(end)
     course.epoch_ended(epoch)

@@ -55,6 +55,7 @@ def test_defaults_are_valid(tmp_path):
     ({"global_batch_size": 64, "accumulation_steps": 3}, World(size=2), "--global_batch_size"),
     ({"batch_size": 250, "accumulation_steps": 4}, World(size=2), "--batch_size"),  # 2000 > 1497
     ({"eval_every": -1}, World(), "--eval_every"),
+    ({"eval_every_epochs": 0}, World(), "--eval_every_epochs"),
     ({"target_top1": 75.9}, World(), "--target_top1"),  # a percentage, not a fraction
     ({"target_top5": -0.5}, World(), "--target_top5"),
     ({"target_top1": 0.5, "dataset": "synthetic"}, World(), "--target_top1"),  # no held-out split

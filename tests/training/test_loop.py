@@ -123,6 +123,14 @@ def test_a_run_trains_to_its_end_evaluating_and_saving_at_each_epoch_end():
   assert ending.held.top1 == 0.1 and ending.lr == 0.5 + 7 and ending.reached is None
 
 
+def test_eval_every_epochs_evaluates_every_nth_epoch_end_and_the_runs_end_saving_at_each():
+  # MLPerf's reference evaluates every 4 epochs: 5 epochs of 2 steps at N = 2 evaluate after epochs
+  # 2 and 4 and at the run's end (epoch 5), and save at every epoch's end.
+  _, events = Run(spe=2, epochs=5, policy=Policy(eval_every_epochs=2)).run()
+  assert [e for e in events if e[0] == "save"] == [("save", s) for s in (2, 4, 6, 8, 10)]
+  assert [e for e in events if e[0] == "eval"] == [("eval", s) for s in (4, 8, 10)]
+
+
 def test_evaluations_count_steps_into_the_epoch_when_the_spacing_does_not_divide_it():
   # 10 steps an epoch, every 4: at 4 and 8 into each epoch, and at its end (none at 12 = 2 into epoch 1).
   ending, events = Run(spe=10, epochs=2, policy=Policy(eval_every=4)).run()
