@@ -107,6 +107,7 @@ def train(stop_request: signals.StopRequest):
   try:
     result = mode.run(worlds.run_world, config, data, run_state, saver=saver, rebuild=worlds.rebuild, watchdog=watchdog,
                       ledger=ledger, before_commit=assembly.BeforeCommit(powersgd, collectives.average_residuals))
+    ledger.during("checkpoint", saver.wait)  # the last one, written in the background, before the summary names it
   except (flags.ConfigError, checkpoints.CheckpointError, loop.NoProgress) as e:  # the checkpoints stay intact
     fail(str(e))
   # --------------------------------------------------------------- the end --

@@ -67,6 +67,7 @@ class RunConfig:
   checkpoint_every: int
   keep_checkpoints: int
   threads: int
+  background_checkpoints: bool = True  # rank 0 writes each checkpoint while training goes on (persist/checkpoints.py)
   export: bool = True    # rank 0 writes a SavedModel to <model_dir>/export/ at the end (training/persist/export.py)
   noise_scale: bool = True  # measure the gradient noise scale each step (training/adaptive/noise_scale.py)
   eval_only: bool = False   # evaluate the newest checkpoint and exit (train.py's evaluate_checkpoint)

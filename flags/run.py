@@ -25,6 +25,10 @@ def define() -> None:
       "Also checkpoint every N steps (0: only at the end of each epoch and of the run).")
   absl_flags.DEFINE_integer("keep_checkpoints", 3, "How many checkpoints to keep in --model_dir.")
   absl_flags.DEFINE_boolean(
+      "background_checkpoints", True, "Rank 0 copies the variables at a checkpoint's step and writes them "
+      "while training goes on (the checkpoint appears, whole, once written; the previous stays valid until "
+      "then); --background_checkpoints=false writes each before the next step.")
+  absl_flags.DEFINE_boolean(
       "export", True, "At the end of a run that finished or reached its target, rank 0 writes a "
       "SavedModel to <model_dir>/export/ that takes encoded images (JPEG, PNG, ...) and returns class "
       "probabilities and the top-5 classes, with the evaluation preprocessing inside; --export=false skips it.")
@@ -59,5 +63,6 @@ def build(f) -> RunConfig:
   return RunConfig(model_dir=os.path.abspath(os.path.expanduser(f.model_dir)),
                    epochs=f.epochs, max_steps=f.max_steps, seed=f.seed,
                    log_every=f.log_every, checkpoint_every=f.checkpoint_every,
-                   keep_checkpoints=f.keep_checkpoints, threads=f.threads, export=f.export,
+                   keep_checkpoints=f.keep_checkpoints, background_checkpoints=f.background_checkpoints,
+                   threads=f.threads, export=f.export,
                    noise_scale=f.noise_scale, eval_only=f.eval_only)

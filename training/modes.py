@@ -221,6 +221,7 @@ class Elastic(Fixed):
         try:
           if not saver.save(step, position=state.position, agree=False):
             raise checkpoints.NonFiniteWeights(f"weights at step {step} hold inf or NaN")
+          saver.wait()  # written before the world re-forms (a world that never does resumes from it)
         except checkpoints.CheckpointError as e:
           self.log("the world is changing; the commit at step %d could not be checkpointed: %s", step, e)
           return

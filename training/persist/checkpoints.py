@@ -17,17 +17,26 @@ from tf.train.CheckpointManager, and why:
   is renamed ckpt-N.damaged.* (no longer a candidate, kept for a post-mortem) and the next tried.
   What a kill leaves (staging dirs, data without its index) is removed, with a line.
   No fsync: damage from a crash of the machine is caught the same way at the next restore.
+- In the background (background=True, --background_checkpoints): save() reads every value (the
+  step's, whatever the next steps do: TensorFlow copies a variable's buffer on write while a read
+  of it lives) and returns; a writer thread writes them and publishes them as above (the index last). Training goes on
+  meanwhile; a kill during the write leaves the previous checkpoint the newest. The next save, and
+  whoever reads `newest` (the summary, the export, a world's re-forming), wait for it first; a write
+  that failed raises its CheckpointError there. The thread is not a daemon: an exit waits for it.
 """
 import itertools
 import os
 import re
 import shutil
+import threading
 import typing
 import uuid
 
 import keras
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.checkpoint import functional_saver
+from tensorflow.python.training.saving import saveable_object
 
 PREFIX = "ckpt"
 STATE_FILE = "checkpoint"
@@ -110,16 +119,35 @@ class Checkpoints:
   """
 
   def __init__(self, checkpoint: tf.train.Checkpoint, directory: str, keep: int, log,
-               optional: "tuple[OptionalPart, ...]" = ()):
+               optional: "tuple[OptionalPart, ...]" = (), background: bool = False):
     self.checkpoint = checkpoint
     self.optional = tuple(optional)
     self.directory = directory
     self.keep = keep
     self.log = log
-    self.newest = None  # path prefix of the newest good checkpoint, once restored or saved
+    self.background = background
+    self._newest = None  # path prefix of the newest good checkpoint, once restored or saved
+    self._writing = None  # the thread publishing a background write
+    self._failed = None   # the CheckpointError that write met, raised by the next wait()
     # restore() creates save_counter, and then assert_existing_objects_matched fails on a
     # checkpoint written without it (tried): so every checkpoint written here holds it.
     checkpoint.save_counter  # noqa: B018 (created on first access)
+
+  @property
+  def newest(self) -> str | None:
+    """The path prefix of the newest good checkpoint, once restored or saved (a background write
+    waited for first)."""
+    self.wait()
+    return self._newest
+
+  def wait(self) -> None:
+    """Return once the background write, if any, is published; raise its CheckpointError if it failed."""
+    if self._writing is not None:
+      self._writing.join()
+      self._writing = None
+    if self._failed is not None:
+      failed, self._failed = self._failed, None
+      raise failed
 
   def _path(self, name: str) -> str:
     return os.path.join(self.directory, name)
@@ -201,7 +229,7 @@ class Checkpoints:
         raise CheckpointError(f"checkpoint {self._path(name)} holds other variables than this model "
                               f"({short_reason(e)}); use a new directory for this run.") from None
       restored = number
-      self.newest = self._path(name)
+      self._newest = self._path(name)
       break
     outcome = f"resuming from {PREFIX}-{restored}" if restored is not None else "starting afresh"
     for name, reason, kept in damaged:
@@ -231,26 +259,50 @@ class Checkpoints:
         self.log("%s", part.line.format(checkpoint=os.path.basename(path)))
 
   def save(self, step: int, variables=None) -> str:
-    """Save as ckpt-<step> atomically, drop all but the newest `keep`; the path prefix written.
+    """Save as ckpt-<step> atomically, drop all but the newest `keep`; the path prefix written (in the
+    background: being written, published by the writer thread).
 
     variables: those that must be finite (default: every variable in the checkpoint); if any
     holds inf/NaN nothing is written (NonFiniteWeights). A full disk or an unwritable directory
     raises CheckpointError and leaves the directory's checkpoints as they were.
     """
+    self.wait()  # one write at a time: the previous one published (or its error raised) first
     variables = _variables_of(self.checkpoint) if variables is None else list(variables)
     bad = [v for v in variables if tf.as_dtype(v.dtype).is_floating
            and not bool(tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(v))))]
     if bad:
-      kept = f"{self.newest} stays the newest good checkpoint" if self.newest else "nothing was written"
+      kept = f"{self._newest} stays the newest good checkpoint" if self._newest else "nothing was written"
       example = getattr(bad[0], "path", bad[0].name)
       raise NonFiniteWeights(f"weights at step {step} hold inf or NaN ({len(bad)} of {len(variables)} "
                              f"variables, e.g. {example}); not saved, so {kept}.")
     name = f"{PREFIX}-{step}"
     staging = self._path(f"{name}.saving")
-    moved = []
     try:
       os.makedirs(staging, exist_ok=True)
+      if self.background:
+        self._writing = threading.Thread(target=self._publish_written, name=f"checkpoint-{step}",
+                                         args=(name, staging, *_values_now(self.checkpoint)))
+        self._writing.start()
+        return self._path(name)
       self.checkpoint.write(os.path.join(staging, name))
+    except (tf.errors.OpError, OSError) as e:
+      raise self._failure(name, staging, [], e) from None
+    return self._publish(name, staging, [])
+
+  def _publish_written(self, name: str, staging: str, values, registered) -> None:
+    """The writer thread: the values written, then published; its error kept for wait()."""
+    moved = []
+    try:
+      functional_saver.MultiDeviceSaver(values, registered).save(tf.constant(os.path.join(staging, name)))
+      self._publish(name, staging, moved)
+    except CheckpointError as e:
+      self._failed = e
+    except Exception as e:  # noqa: BLE001  (whatever stopped the write is raised in the main thread)
+      self._failed = self._failure(name, staging, moved, e)
+
+  def _publish(self, name: str, staging: str, moved: list[str]) -> str:
+    """The written files moved into the directory, the index last, and the state file updated."""
+    try:
       if os.path.exists(self._path(f"{name}.index")):  # saved again at the same step: unlist it first
         os.remove(self._path(f"{name}.index"))
       staged = sorted(os.listdir(staging), key=lambda f: f.endswith(".index"))  # the index last
@@ -259,19 +311,23 @@ class Checkpoints:
         moved.append(f)
       os.rmdir(staging)
       self._write_state()
-    except (tf.errors.OpError, OSError) as e:
-      self._undo(staging, moved)
-      needed = _nbytes(_variables_of(self.checkpoint))
-      free = _free_bytes(self.directory)
-      reason = short_reason(e).rsplit("; ", 1)[-1]  # the file it names is TF's temp file: noise here
-      kept = "the earlier checkpoints are intact" if self._on_disk() else "nothing was written"
-      raise CheckpointError(
-          f"cannot save checkpoint {name} in {self.directory} ({reason}): it needs about {needed:,} "
-          f"bytes and {free:,} are free there; {kept}, so free some space (or make the directory "
-          "writable) and restart.") from None
-    self.newest = self._path(name)
+    except OSError as e:
+      raise self._failure(name, staging, moved, e) from None
+    self._newest = self._path(name)
     self._sweep()
-    return self.newest
+    return self._newest
+
+  def _failure(self, name: str, staging: str, moved: list[str], e: Exception) -> "CheckpointError":
+    """A failed write undone, and the sentence that says why and what to do."""
+    self._undo(staging, moved)
+    needed = _nbytes(_variables_of(self.checkpoint))
+    free = _free_bytes(self.directory)
+    reason = short_reason(e).rsplit("; ", 1)[-1]  # the file it names is TF's temp file: noise here
+    kept = "the earlier checkpoints are intact" if self._on_disk() else "nothing was written"
+    return CheckpointError(
+        f"cannot save checkpoint {name} in {self.directory} ({reason}): it needs about {needed:,} "
+        f"bytes and {free:,} are free there; {kept}, so free some space (or make the directory "
+        "writable) and restart.")
 
   def _undo(self, staging: str, moved: list[str]) -> None:
     """Remove every file of a failed save (best effort: the disk may still be full or read-only)."""
@@ -293,6 +349,26 @@ class Checkpoints:
     for number in old:
       for f in self._files_of(f"{PREFIX}-{number}"):
         os.remove(self._path(f))
+
+
+def _values_now(checkpoint):
+  """(the checkpoint's tensors, its registered savers), every variable read now: what Checkpoint.write
+  would write at this moment, as eager tensors later updates do not change. TensorFlow's own async
+  checkpoint cannot copy Keras 3 variables ("tf.function only supports singleton tf.Variables created
+  on the first call", TF 2.18), hence its saver's private steps, which test_checkpoints.py runs."""
+  serialized, _, registered, _ = checkpoint._saver._gather_serialized_tensors(None)
+  now = type(serialized)()  # keyed by object identity, as TensorFlow's
+  for trackable, tensors in serialized.items():
+    now[trackable] = {key: ({spec: _read(t) for spec, t in value.items()} if isinstance(value, dict)
+                            else _read(value)) for key, value in tensors.items()}
+  return now, registered
+
+
+def _read(value):
+  """A tensor of a checkpoint's serialization, read now (a variable's is a closure that reads it)."""
+  if isinstance(value, saveable_object.SaveSpec):
+    value = value.tensor
+  return value() if callable(value) else value
 
 
 def _remove(path: str) -> None:

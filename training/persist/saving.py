@@ -35,8 +35,9 @@ class Saver:
   """
 
   def __init__(self, checkpoint, directory: str, keep: int, log, floating, any_rank=None, optional=(),
-               powersgd=None, average=None):
+               powersgd=None, average=None, background: bool = False):
     self.checkpoint, self.directory, self.keep, self.log = checkpoint, directory, keep, log
+    self.background = background  # checkpoints.Checkpoints writes in the background
     # The position, inside the checkpoint; absent from checkpoints written before (read from their file).
     self.position = tf.Variable("", dtype=tf.string, trainable=False, name="position")
     checkpoint.position = self.position
@@ -78,13 +79,20 @@ class Saver:
       floating += powersgd.variables  # a NaN residual would poison every step after a resume
     checkpoint = tf.train.Checkpoint(**parts)
     return step, cls(checkpoint, run.model_dir, run.keep_checkpoints, log, floating, any_rank, optional,
-                     powersgd, average)
+                     powersgd, average, background=run.background_checkpoints)
 
   def writer(self) -> checkpoints.Checkpoints:
     """Become the rank that writes: rank 0 at start-up, and (--elastic) rank 0 of a new world."""
     if self.manager is None:
-      self.manager = checkpoints.Checkpoints(self.checkpoint, self.directory, self.keep, self.log, self.optional)
+      self.manager = checkpoints.Checkpoints(self.checkpoint, self.directory, self.keep, self.log, self.optional,
+                                             background=self.background)
     return self.manager
+
+  def wait(self) -> None:
+    """Return once the checkpoint rank 0 is writing in the background is in the directory (before a
+    summary names it, the export reads it, or the world re-forms); its CheckpointError if it failed."""
+    if self.manager is not None:
+      self.manager.wait()
 
   @property
   def newest(self) -> str | None:
