@@ -108,13 +108,14 @@ def test_the_fp16_loss_scale_is_checkpointed_and_resumed(tmp_path):
   from optimizers import precision
   model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
   optimizer = keras.optimizers.SGD(0.1)
-  run = types.SimpleNamespace(model_dir=str(tmp_path), keep_checkpoints=3)
+  run = types.SimpleNamespace(model_dir=str(tmp_path), keep_checkpoints=3, background_checkpoints=True)
   scale = precision.DynamicLossScale(True)
   _, saver = Saver.of_model(model, optimizer, run, lambda *a: None, loss_scale=scale)
   scale.scale.assign(256.0)
   scale.good_steps.assign(17)
   saver.writer()
   assert saver.save(3)
+  saver.wait()  # written in the background: a restarted process starts after it
   again = precision.DynamicLossScale(True)
   _, restored = Saver.of_model(model, optimizer, run, lambda *a: None, loss_scale=again)
   assert restored.writer().restore_newest() == 3
@@ -128,11 +129,12 @@ def test_an_fp16_run_resumes_from_a_checkpoint_without_a_loss_scale(tmp_path):
   from optimizers import precision
   model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
   optimizer = keras.optimizers.SGD(0.1)
-  run = types.SimpleNamespace(model_dir=str(tmp_path), keep_checkpoints=3)
+  run = types.SimpleNamespace(model_dir=str(tmp_path), keep_checkpoints=3, background_checkpoints=True)
   saved_step, fp32 = Saver.of_model(model, optimizer, run, lambda *a: None, loss_scale=precision.DynamicLossScale(False))
   fp32.writer()
   saved_step.assign(5)
   assert fp32.save(5)
+  fp32.wait()  # written in the background: a restarted process starts after it
   weights = [w.numpy() for w in model.weights]
   for w in model.weights:
     w.assign(tf.zeros_like(w))
@@ -145,6 +147,7 @@ def test_an_fp16_run_resumes_from_a_checkpoint_without_a_loss_scale(tmp_path):
                    "at another --precision, or before the scale was kept)"]
   # Its own checkpoints hold the scale again, and a model that differs is still refused.
   assert fp16.save(6)
+  fp16.wait()  # written in the background: a restarted process starts after it
   scale.scale.assign(64.0)
   again = precision.DynamicLossScale(True)
   _, later = Saver.of_model(model, optimizer, run, lambda *a: None, loss_scale=again)
@@ -163,7 +166,7 @@ def powersgd_run(tmp_path, rank=2, seed=0, average=None, lines=None, loss_scale=
   keras.utils.set_random_seed(0)
   model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4)])
   compressor = PowerSGD([v.shape for v in model.trainable_variables], rank=rank, min_ratio=1, seed=seed)
-  run = types.SimpleNamespace(model_dir=str(tmp_path), keep_checkpoints=3)
+  run = types.SimpleNamespace(model_dir=str(tmp_path), keep_checkpoints=3, background_checkpoints=True)
   log = (lambda fmt, *a: lines.append(fmt % a)) if lines is not None else (lambda *a: None)
   step, saver = Saver.of_model(model, keras.optimizers.SGD(0.1), run, log, any_rank=lambda bad: bad,
                                loss_scale=loss_scale, powersgd=compressor, average=average)
@@ -196,7 +199,7 @@ def test_a_checkpoint_without_powersgd_state_loads_and_says_it_starts_afresh(tmp
   from optimizers import precision
   keras.utils.set_random_seed(0)
   model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4)])
-  run = types.SimpleNamespace(model_dir=str(tmp_path), keep_checkpoints=3)
+  run = types.SimpleNamespace(model_dir=str(tmp_path), keep_checkpoints=3, background_checkpoints=True)
   step, plain = Saver.of_model(model, keras.optimizers.SGD(0.1), run, lambda *a: None)
   step.assign(5)
   plain.writer()

@@ -17,7 +17,7 @@ from comm.exchange import make_gradient_exchange
 from flags import train_flags
 from input import pipeline
 from optimizers import build_optimizer, precision, schedules
-from training.step import make_train_step
+from training.step import StepOptions, make_train_step
 
 STEPS = 3
 # train.py's flags, parsed from this check's arguments (absl: once per process).

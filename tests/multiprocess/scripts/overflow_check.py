@@ -16,7 +16,7 @@ from flags.config import CommConfig
 from models import build_model
 from optimizers import precision
 from optimizers.lars import LARS
-from training.step import make_train_step
+from training.step import StepOptions, make_train_step
 
 
 def run(world, args):
