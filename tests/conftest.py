@@ -28,6 +28,68 @@ MODEL = "resnet8"
 NO_GRACE = {"OMPI_MCA_odls_base_sigkill_timeout": "1"}
 
 
+# How make test's two workers (--dist loadfile: whole files) share the suite. xdist hands out the files
+# with the most tests first, which left the files that launch ranks (a few tests of minutes each) for
+# the end: in a suite of 39 minutes on a loaded machine, tests/multiprocess/test_elastic.py ran alone
+# for its last 7. Two launches at once slow each other (af07344 measured it), so a worker takes a
+# launch file only while the other runs none, longest first, and takes the in-process files, longest
+# first, meanwhile; once those are gone both take launches. Seconds each file took in that suite
+# (loaded, rounded): an order, not a bound. A file not listed counts 0 and keeps xdist's order.
+LAUNCH_S = {
+    "tests/multiprocess/test_train.py": 700,
+    "tests/multiprocess/test_faults.py": 500,
+    "tests/multiprocess/test_slurm.py": 460,
+    "tests/multiprocess/test_elastic.py": 415,
+    "tests/multiprocess/test_checks.py": 395,
+    "tests/scripts/test_cluster.py": 60,
+}
+IN_PROCESS_S = {
+    "tests/input/test_train_on_sources.py": 250,
+    "tests/input/test_sources.py": 250,
+    "tests/input/test_fashion_mnist.py": 235,
+    "tests/training/test_checkpoints.py": 200,
+    "tests/training/test_shape.py": 150,
+    "tests/input/test_elastic_plan.py": 120,
+    "tests/input/test_tfds_imagenet.py": 110,
+    "tests/training/test_export.py": 80,
+    "tests/flags/test_train_flags.py": 60,
+    "tests/comm/test_horovod_race.py": 35,
+}
+
+
+def pytest_xdist_make_scheduler(config, log):
+  """make test's scheduler (--dist loadfile): files handed out as LAUNCH_S says."""
+  if config.getvalue("dist") != "loadfile":
+    return None
+  from xdist.scheduler import LoadFileScheduling
+
+  class OneLaunchAtATime(LoadFileScheduling):
+    def _running_a_launch(self, node) -> bool:
+      return any(scope in LAUNCH_S and not all(done.values())
+                 for scope, done in self.assigned_work.get(node, {}).items())
+
+    def _assign_work_unit(self, node):
+      others = [n for n in self.assigned_work if n is not node]
+      queue = list(self.workqueue)
+      launches = [s for s in queue if s in LAUNCH_S]
+      rest = [s for s in queue if s not in LAUNCH_S]
+      if launches and not (rest and any(self._running_a_launch(n) for n in others)):
+        chosen = max(launches, key=LAUNCH_S.get)
+      else:
+        chosen = max(rest, key=lambda s: (IN_PROCESS_S.get(s, 0), -queue.index(s)))
+      self.workqueue.move_to_end(chosen, last=False)  # what the parent hands out next
+      super()._assign_work_unit(node)
+
+    def _reschedule(self, node):
+      # The next file once this one is on its last test (a worker needs one test ahead), not two
+      # ahead: a worker starting a launch file of 2 tests took a second file at once, and a launch
+      # file queued there waited behind it while the other worker ran out of work.
+      if node.shutting_down or not self.workqueue or self._pending_of(self.assigned_work[node]) <= 1:
+        super()._reschedule(node)
+
+  return OneLaunchAtATime(config, log)
+
+
 def horovodrun(np_, *args, gloo=False, timeout=600, check=False, extra_env=None):
   """Run `horovodrun -np N [--gloo] ARGS` from the repository; returns CompletedProcess.
 

@@ -118,19 +118,19 @@ def test_sbatch_script_trains_two_ranks_under_srun(slurm, digits_dir):
   assert not os.path.exists(os.path.join(REPO, "runs", f"slurm-{job_id}")), "common.sh made runs/slurm-<jobid>"
 
 
-@pytest.mark.parametrize("launcher", ["srun", "mpirun"])
-def test_two_hosts_one_rank_each(slurm_cluster, tmp_path, digits_dir, launcher):
+# Through srun (the script's default launcher) the same placement, a completed job and its summary
+# are the preemption test's, whose second run completes: a job of its own cost make test a launch.
+def test_two_hosts_one_rank_each_through_mpirun(slurm_cluster, tmp_path, digits_dir):
   # BIND_TO=none: both emulated hosts are this machine, so binding each rank to "its" core 0 would
   # put the two on one core.
   with Job(slurm_cluster, tmp_path, digits_dir, "--max_steps=10", "--log_every=5",
-           LAUNCHER=launcher, BIND_TO="none") as job:
+           LAUNCHER="mpirun", BIND_TO="none") as job:
     state = job.wait()
   log = job.log()
   assert state[:2] == ("COMPLETED", "0:0"), f"job {job.id}: {state}\n{log[-4000:]}"
-  assert_ranks_on_both_hosts(log, launcher)
-  if launcher == "mpirun":  # Open MPI's own word on where it started each rank
-    for rank, host in enumerate(HOSTS):
-      assert re.search(rf"\[{host}:\d+\] MCW rank {rank} ", log), log[:3000]
+  assert_ranks_on_both_hosts(log, "mpirun")
+  for rank, host in enumerate(HOSTS):  # Open MPI's own word on where it started each rank
+    assert re.search(rf"\[{host}:\d+\] MCW rank {rank} ", log), log[:3000]
   summary = json.loads(re.findall(r"^(\{.*\})$", log, re.M)[-1])
   assert summary["ranks"] == 2 and summary["steps"] == 10 and summary["replicas_identical"] is True, summary
 
@@ -149,6 +149,8 @@ def test_preemption_notice_checkpoints_requeues_and_resumes(slurm_cluster, tmp_p
   assert state == ("COMPLETED", "0:0", "1"), f"job {job.id}: {state} (state, exit, restarts)\n{log[-5000:]}"
   first, _, second = log.partition("run 1 (requeues so far)")
   assert second, f"the job never ran a second time\n{log[-5000:]}"
+  assert_ranks_on_both_hosts(first, "srun")  # the first run's header, placement and ranks
+  assert "ranks 2 (1 per node, 2 nodes)" in second, second[:3000]
   stopped = re.search(r"^stopped: .*\bSIGUSR1\b.*?\bstep (\d+)", first, re.M)
   assert stopped, f"the first run did not end with a 'stopped:' line\n{first[-4000:]}"
   stop_step = int(stopped.group(1))
@@ -158,7 +160,7 @@ def test_preemption_notice_checkpoints_requeues_and_resumes(slurm_cluster, tmp_p
   assert re.search(rf"resumed from \S*ckpt-{stop_step} at step {stop_step}\b", second), second[-4000:]
   assert stop_step in checkpoints(job.model_dir)
   summary = json.loads(re.findall(r"^(\{.*\})$", second, re.M)[-1])
-  assert summary["steps"] == steps and summary["ranks"] == 2, summary
+  assert summary["steps"] == steps and summary["ranks"] == 2 and summary["replicas_identical"] is True, summary
 
 
 def test_scancel_checkpoints_and_leaves_no_process(slurm_cluster, tmp_path, digits_dir):
