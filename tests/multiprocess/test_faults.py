@@ -83,8 +83,11 @@ def test_divergence_stops_every_rank_and_keeps_the_good_checkpoint(tmp_path):
   model_dir = str(tmp_path)
   # The LR rises from 0 to 1e6 per 256 over the first epoch: step 1 (LR 0) is healthy and
   # checkpointed, a few steps later the weights, the BatchNorm statistics or the loss blow up.
+  # --max_skipped_steps=3, not the default 10: two overflows are still skipped on every rank before the
+  # third in a row is the divergence, and fp16 steps are slow on a CPU without fp16 arithmetic (each
+  # of the default's 7 more skipped steps is one of them, on both ranks).
   with Job(model_dir, *ARGS, "--base_lr=1e6", "--warmup_epochs=1", "--checkpoint_every=1", "--precision=fp16",
-           extra_env=NO_GRACE) as job:
+           "--max_skipped_steps=3", extra_env=NO_GRACE) as job:
     _, left = job.wait_gone(GONE_S)
     assert not left and job.proc.returncode == outcome.DIVERGED, job.tail()
     (line,) = [l for l in job.user_lines() if l.startswith("diverged:")]
