@@ -2,23 +2,21 @@
 
 train.py's loop asks its course for the next batches, the step the LR schedule and the
 progress line are at, whether an evaluation or the end is due, and tells it of each step,
-each epoch's end and each checkpoint. Progress is training/state.Position: the epoch,
-the images and updates since the run began, and the epoch's generations (a stretch trained
-by one world: its ranks, batch and steps). A fixed run is the one-world case: its position
-holds one generation an epoch and the step alone would say where it is; resumed on another
-number of ranks (a Slurm requeue onto fewer nodes), its epoch, its LR schedule (written for
-this world's steps per epoch, read at the epoch reached) and the images it trained continue
-where they were, where counting steps of the new batch had read step 46 at global batch 64
-as epoch 1.0 at global batch 32 and trained 5 epochs for 4. --elastic adds the commits.
+each epoch's end and each checkpoint; a world whose ranks can be lost (--elastic) commits the
+state through it too. Progress is training/state.Position: the epoch, the images and updates
+since the run began, and the epoch's generations (a stretch trained by one world: its ranks,
+batch and steps). A fixed run is the one-world case: one generation an epoch, never committed.
+A run resumed on another number of ranks (a Slurm requeue onto fewer nodes) goes on at the epoch,
+the images and the point of its LR schedule it reached: the schedule is written for this world's
+steps per epoch and read at the epoch reached, never at the old step count read in new steps.
 
 The LR schedule's clock: under the linear rule, the epochs of data trained (in this world's
 steps); under --lr_scaling=adascale, the base-batch steps tau the schedule has counted
 (optimizers/adascale.py), whatever the batch: the schedule is the base batch's, its warmup and
 end in base-batch steps (floor(N / B0) an epoch). Then --epochs ends the run when tau reaches
 them, and the data's own epochs (evaluations at their ends, the position in the files) run on as
-many as that takes. (Read in steps of the current batch, tau x B0 / B of floor(N / B) an epoch, a
-run at S = 32 on Fashion-MNIST ended at tau 928 rather than 937, and the LR jumped ~4% at a
-change of batch, each batch's floor rounding another way.)
+many as that takes. Counting tau in steps of the current batch instead would end a run early and
+move the LR at each change of batch, each batch's floor rounding another way.
 """
 import dataclasses
 import math
@@ -39,13 +37,18 @@ class Course:
   training/state.RunState, which this course moves on). readers: the input's reading width,
   kept with each generation so a later world replays the order it read in; base_batch: AdaScale's
   B0 (0: the linear rule), num_train the training split's examples (AdaScale: its clock's epoch is
-  num_train // B0 base-batch steps)."""
+  num_train // B0 base-batch steps). commit_every: the state is committed every that many steps and
+  at each checkpoint (--elastic_commit_every; 0, a fixed world: never), before_commit() first
+  (train.py: PowerSGD's residuals averaged over ranks, which changes no later update, so a new
+  world starts from their mean)."""
 
   def __init__(self, state, run: RunConfig, world, data_config, readers: int = 0, base_batch: int = 0,
-               num_train: int = 0):
+               num_train: int = 0, *, commit_every: int = 0, before_commit=None):
     self.state, self.run, self.world, self.data_config, self.readers = state, run, world, data_config, readers
     self.base_batch = base_batch
     self.base_spe = max(1, num_train // base_batch) if base_batch else 0
+    self.commit_every, self.before_commit = commit_every, before_commit
+    self.commit_seconds = []  # each commit's time (make faults reports the median)
 
   @property
   def position(self):
@@ -153,11 +156,23 @@ class Course:
 
   def commit_due(self, step: int, force: bool = False) -> bool:
     """Whether commit(step, force) would commit: never in a fixed world."""
-    return False
+    return bool(self.commit_every) and (force or step % self.commit_every == 0)
 
   def commit(self, step: int, force: bool = False, final: bool = False) -> bool:
-    """Nothing to commit in a fixed world."""
-    return False
+    """Every commit_every steps (and, forced, at each checkpoint): the state is kept in host
+    memory; Horovod raises HostsUpdatedInterrupt here when the discovery script's hosts changed,
+    except at the run's final commit (final): a new world would have nothing left to train, and
+    evaluated again and reported `nothing_left` with no images/s. Whether it committed."""
+    if not self.commit_due(step, force):
+      return False
+    start = time.perf_counter()
+    if self.before_commit:
+      self.before_commit()  # every rank commits at this step: a collective may come first
+    self.state.save()
+    self.commit_seconds.append(time.perf_counter() - start)
+    if not final:
+      self.state.check_host_updates()
+    return True
 
 
 def epochs_as_trained(position, run: RunConfig, data_config, num_train: int, base_batch: int = 0) -> float:
@@ -168,32 +183,3 @@ def epochs_as_trained(position, run: RunConfig, data_config, num_train: int, bas
   return Course(RunState.at(position), run, None, then, base_batch=base_batch, num_train=num_train).epochs(
       max(1, num_train // batch))
 
-
-class Elastic(Course):
-  """A run whose world may change (training/elastic.py): the state is committed every
-  commit_every steps and at each checkpoint, before_commit() first (train.py: PowerSGD's residuals
-  averaged over ranks, which changes no later update, so a new world starts from their mean)."""
-
-  def __init__(self, state, commit_every: int, run: RunConfig, world, data_config, readers: int = 0,
-               base_batch: int = 0, num_train: int = 0, before_commit=lambda: None):
-    super().__init__(state, run, world, data_config, readers, base_batch, num_train)
-    self.commit_every, self.before_commit = commit_every, before_commit
-    self.commit_seconds = []  # each commit's time (make faults reports the median)
-
-  def commit_due(self, step: int, force: bool = False) -> bool:
-    return force or step % self.commit_every == 0
-
-  def commit(self, step: int, force: bool = False, final: bool = False) -> bool:
-    """Every commit_every steps (and, forced, at each checkpoint): the state is kept in host
-    memory; Horovod raises HostsUpdatedInterrupt here when the discovery script's hosts changed,
-    except at the run's final commit (final): a new world would have nothing left to train, and
-    evaluated again and reported `nothing_left` with no images/s. Whether it committed."""
-    if not self.commit_due(step, force):
-      return False
-    start = time.perf_counter()
-    self.before_commit()  # every rank commits at this step: a collective may come first
-    self.state.save()
-    self.commit_seconds.append(time.perf_counter() - start)
-    if not final:
-      self.state.check_host_updates()
-    return True

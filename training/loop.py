@@ -1,8 +1,9 @@
 """The training loop: steps, evaluations, checkpoints and commits until the run ends, and a
 frozen record of how it ended.
 
-After orbit's Controller: the loop owns the order of things and asks its parts for the work (a train step,
-an evaluation, a save, a commit, each passed in): the same in train.py, each --elastic world and tests.
+The loop owns the order of things and asks its parts for the work (a train step, an evaluation, a
+save, a commit, each passed in), as orbit's Controller does: the same in train.py, each --elastic
+world and tests.
 What happens is told to hooks (Keras's callbacks): progress lines and TensorBoard, the watchdog,
 the step variable, the noise scale, the time ledger; none is called by hand.
 

@@ -2,7 +2,9 @@
 hosts are lost and come back (Elastic, --elastic: Horovod elastic on Gloo, training/elastic.py).
 
 train.py chooses once (`of`) and asks the mode wherever the two differ; nothing else tests
---elastic. Where they differ, and why:
+--elastic. A fixed run is the one-world case of one path (`run`): each world's stretch is set up,
+given a Course and trained the same way; the modes differ in how often it runs, how a world is
+entered and whether it commits. Where they differ, and why:
 
                      Fixed                           Elastic
   launcher           any                             horovodrun --gloo --min-np M --host-discovery-script S
@@ -18,7 +20,8 @@ train.py chooses once (`of`) and asks the mode wherever the two differ; nothing 
                      evaluation completed at it), broadcast with the weights / sent by the state's sync
   another world      at a resume: the epoch's rest   at every world change, the same way
                      dealt again to the new world
-  the loop           once                            once per world, from the last commit; rank 0
+  the one path       once, never committed           once per world, from the last commit (committed
+                                                     every --elastic_commit_every steps); rank 0
                                                      checkpoints the commit before a world re-forms
 """
 import dataclasses
@@ -115,11 +118,32 @@ class Fixed:
     state.share()
 
   def run(self, run_world, config, data, state: RunState, *, saver, rebuild, watchdog, ledger,
-          before_commit=lambda: None) -> WorldRun:
-    state.position = self._for_world(state.position, config, data)
-    return run_world(self.world, config, data,
-                     course_lib.Course(state, config.run, self.world, config.data, getattr(data, "readers", 0),
-                                       config.optim.adascale_base, data.info.num_train))
+          before_commit=None) -> WorldRun:
+    """run_world(world, config, data, course) in each world of the run, from `state`: one path for
+    both modes (_Worlds.one), which a fixed run takes once and --elastic once per world (_loop); the modes differ in world_for, commit_every and world_ended.
+    rebuild(world, position, later) -> (config, data) of a new world (the global batch may change;
+    AdaScale's base batch is the position's, pinned at the run's first world; later: not the first);
+    watchdog: told when a world begins (first-time work again) and when one re-forms (no limit);
+    ledger: the time ledger, which charges a world's set-up and a world change's parts
+    (training/ledger.py); before_commit(): every rank, before each commit (PowerSGD's residuals
+    averaged, so a new world starts from their mean, not rank 0's)."""
+    worlds = _Worlds(self, state, run_world, config, data, saver, rebuild, watchdog, ledger, before_commit)
+    return self._loop(worlds, state)
+
+  def _loop(self, worlds, state: RunState) -> WorldRun:
+    """How often the one path runs: a fixed run's one world, once."""
+    return worlds.one(state)
+
+  def world_for(self, worlds, state: RunState):
+    """(world, config, data) the next stretch trains in, the state's position made that world's."""
+    state.position = self._for_world(state.position, worlds.config, worlds.data)
+    return self.world, worlds.config, worlds.data
+
+  def commit_every(self, config) -> int:
+    return 0  # one world: nothing to roll back to
+
+  def world_ended(self, state: RunState, course) -> None:
+    """A world's stretch ended (returned or raised)."""
 
   def summary_keys(self) -> dict:
     return {}
@@ -170,68 +194,57 @@ class Elastic(Fixed):
   def start(self, state: RunState) -> None:
     """The state's sync shares it at the start of every world."""
 
-  def run(self, run_world, config, data, state: RunState, *, saver, rebuild, watchdog, ledger,
-          before_commit=lambda: None) -> WorldRun:
-    """run_world once per world until the run ends, from the state's last commit (its variables: the
-    fp16 loss scale too, a rank that joins must scale as the others do);
-    rebuild(world, position, later) -> (config, data) of a new world (the global batch may change;
-    AdaScale's base batch is the position's, pinned at the run's first world; later: not the first);
-    watchdog: told when a world re-forms (no limit) and when a new one begins (first-time work
-    again); ledger: the time ledger, which charges a world change's parts (training/ledger.py);
-    before_commit(): every rank, before each commit (PowerSGD's residuals averaged, so a new world
-    starts from their mean, not rank 0's)."""
-    built = {(self.world, state.position.base_batch): (config, data)}  # the world's config and input, built once
-    state.save()  # the first commit: what a world lost before any other rolls back to
+  def _loop(self, worlds, state: RunState) -> WorldRun:
+    """The one path once per world until the run ends, from the state's last commit (its variables:
+    the fp16 loss scale too, a rank that joins must scale as the others do)."""
+    state.save()  # the first commit: what a world lost before any other (or in the first sync) rolls back to
+    return elastic.run(self.hvd, worlds.one, before_reset=worlds.keep_commit)(state)
 
-    def one_world(state):
-      ledger.enter("world_change.setup" if self.record["worlds"] else "startup.world")
-      watchdog.new_world()
-      now = comm.world(self.hvd, self.ranks_per_node)
-      key = (now, state.position.base_batch)  # a joining rank builds with rank 0's pinned base batch
-      if key not in built:
-        built.clear()
-        try:
-          built[key] = rebuild(now, state.position, bool(self.record["worlds"]))
-        except ConfigError as e:  # --global_batch_size that no longer divides: the run ends here
-          raise ConfigError(f"the world changed to {now.size} ranks: {e}") from None
-      config_now, data_now = built[key]
-      problem = sync.agree_on_data(self.hvd, self.scanned)  # a collective every rank of this world makes
-      if problem:
-        raise ConfigError(problem)
-      self.world = now  # rank 0 of this world logs and writes
-      self._joined(state, now, config_now)
-      course = course_lib.Elastic(state, config_now.faults.elastic_commit_every, config_now.run, now,
-                                  config_now.data, getattr(data_now, "readers", 0), config_now.optim.adascale_base,
-                                  data_now.info.num_train, before_commit=before_commit)
+  def world_for(self, worlds, state: RunState):
+    now = comm.world(self.hvd, self.ranks_per_node)
+    key = (now, state.position.base_batch)  # a joining rank builds with rank 0's pinned base batch
+    if key not in worlds.built:
+      worlds.built.clear()
       try:
-        return run_world(now, config_now, data_now, course)
-      finally:
-        self.record.update(commits=state.commits, steps_lost=list(state.steps_lost))
-        self.record["commit_seconds"] += course.commit_seconds
+        worlds.built[key] = worlds.rebuild(now, state.position, worlds.later)
+      except ConfigError as e:  # --global_batch_size that no longer divides: the run ends here
+        raise ConfigError(f"the world changed to {now.size} ranks: {e}") from None
+    config, data = worlds.built[key]
+    problem = sync.agree_on_data(self.hvd, self.scanned)  # a collective every rank of this world makes
+    if problem:
+      raise ConfigError(problem)
+    self.world = now  # rank 0 of this world logs and writes
+    self._joined(state, now, config)
+    return now, config, data
 
-    def keep_commit():
-      """Before the world re-forms: rank 0 (of the old world) checkpoints the committed state, so
-      a job whose world never re-forms (fewer than --min-np ranks) resumes from it, and says so."""
-      watchdog.mark("world")
-      ledger.enter("world_change.checkpoint")
+  def commit_every(self, config) -> int:
+    return config.faults.elastic_commit_every
+
+  def world_ended(self, state: RunState, course) -> None:
+    self.record.update(commits=state.commits, steps_lost=list(state.steps_lost))
+    self.record["commit_seconds"] += course.commit_seconds
+
+  def keep_commit(self, state: RunState, saver, watchdog, ledger) -> None:
+    """Before the world re-forms: rank 0 (of the old world) checkpoints the committed state, so
+    a job whose world never re-forms (fewer than --min-np ranks) resumes from it, and says so."""
+    watchdog.mark("world")
+    ledger.enter("world_change.checkpoint")
+    try:
+      if not (self.world.is_chief and saver.manager):
+        return
+      step = state.position.step
       try:
-        if not (self.world.is_chief and saver.manager):
-          return
-        step = state.position.step
-        try:
-          if not saver.save(step, position=state.position, agree=False):
-            raise checkpoints.NonFiniteWeights(f"weights at step {step} hold inf or NaN")
-          saver.wait()  # written before the world re-forms (a world that never does resumes from it)
-        except checkpoints.CheckpointError as e:
-          self.log("the world is changing; the commit at step %d could not be checkpointed: %s", step, e)
-          return
-        self.log("the world is changing (a rank lost or a host added); checkpoint %s holds the commit at step %d; "
-                 "waiting for Horovod to form the new world (horovodrun waits --elastic-timeout for --min-np "
-                 "ranks)", saver.newest, step)
-      finally:
-        ledger.enter("world_change.reinit")  # Horovod's shutdown and init, and the state's sync, follow
-
-    return elastic.run(self.hvd, one_world, before_reset=keep_commit)(state)
+        if not saver.save(step, position=state.position, agree=False):
+          raise checkpoints.NonFiniteWeights(f"weights at step {step} hold inf or NaN")
+        saver.wait()  # written before the world re-forms (a world that never does resumes from it)
+      except checkpoints.CheckpointError as e:
+        self.log("the world is changing; the commit at step %d could not be checkpointed: %s", step, e)
+        return
+      self.log("the world is changing (a rank lost or a host added); checkpoint %s holds the commit at step %d; "
+               "waiting for Horovod to form the new world (horovodrun waits --elastic-timeout for --min-np "
+               "ranks)", saver.newest, step)
+    finally:
+      ledger.enter("world_change.reinit")  # Horovod's shutdown and init, and the state's sync, follow
 
   def _joined(self, state, now, config) -> None:
     """The state's position for a new world, and the line that says where it starts."""
@@ -251,6 +264,36 @@ class Elastic(Fixed):
     r = self.record
     return {"elastic": {"worlds": r["worlds"], "commits": r["commits"], "steps_lost": r["steps_lost"],
                         "commit_seconds_median": statistics.median(r["commit_seconds"] or [0.0])}}
+
+
+class _Worlds:
+  """The worlds of one run: what each needs, and the one path each takes (`one`)."""
+
+  def __init__(self, mode, state, run_world, config, data, saver, rebuild, watchdog, ledger, before_commit):
+    self.mode, self.state, self.run_world, self.config, self.data = mode, state, run_world, config, data
+    self.saver, self.rebuild, self.watchdog, self.ledger = saver, rebuild, watchdog, ledger
+    self.before_commit = before_commit
+    # Elastic: a world's config and input, built once (a joining rank builds with rank 0's pinned base batch)
+    self.built = {(mode.world, state.position.base_batch): (config, data)}
+    self.later = False  # a world before this one
+
+  def one(self, state: RunState) -> WorldRun:
+    """One world's stretch: its set-up (the ledger's startup.world, or world_change.setup after a
+    change), its course, run_world, and the mode told that it ended."""
+    self.ledger.enter("world_change.setup" if self.later else "startup.world")
+    self.watchdog.new_world()
+    world, config, data = self.mode.world_for(self, state)
+    self.later = True
+    course = course_lib.Course(state, config.run, world, config.data, getattr(data, "readers", 0),
+                               config.optim.adascale_base, data.info.num_train,
+                               commit_every=self.mode.commit_every(config), before_commit=self.before_commit)
+    try:
+      return self.run_world(world, config, data, course)
+    finally:
+      self.mode.world_ended(state, course)
+
+  def keep_commit(self) -> None:
+    self.mode.keep_commit(self.state, self.saver, self.watchdog, self.ledger)
 
 
 def of(config, hvd, world) -> Fixed:

@@ -1,5 +1,6 @@
 """Elastic training's pure parts: the Position a commit keeps, the courses train.py's loop asks,
 and the positions kept beside checkpoints (multi-process runs: tests/multiprocess/test_elastic.py)."""
+import collections
 import json
 import os
 import types
@@ -41,7 +42,7 @@ def test_a_position_of_another_worlds_batch_moves_on_one_step_a_step():
 
 
 class FakeState:
-  """What course.Elastic reads of a RunState: a position, save, check_host_updates."""
+  """What a committing course.Course reads of a RunState: a position, save, check_host_updates."""
 
   def __init__(self, position):
     self.position, self.saves, self.checks = position, 0, 0
@@ -68,7 +69,7 @@ def world(size):
 def test_the_course_counts_epochs_in_images_whatever_the_batch():
   # 320 images of epoch 1 trained at global batch 32; this world's global batch is 16, 31 steps an epoch.
   state = FakeState(Position(epoch=1, history=(Generation(4, 8, 10),)))
-  c = course.Elastic(state, commit_every=5, run=RUN, world=world(2), data_config=batch(16))
+  c = course.Course(state, RUN, world(2), batch(16), commit_every=5)
   assert c.nominal_step(31) == 31 + 20 and c.epochs(31) == pytest.approx(51 / 31)
   assert c.into_epoch(31) == 20 and c.last_step(31) == 62
   assert not c.finished(31)
@@ -78,7 +79,7 @@ def test_the_course_counts_epochs_in_images_whatever_the_batch():
 
 def test_the_course_commits_every_n_steps_and_at_checkpoints():
   state = FakeState(Position())
-  c = course.Elastic(state, commit_every=5, run=RUN, world=world(2), data_config=batch(16))
+  c = course.Course(state, RUN, world(2), batch(16), commit_every=5)
   committed = [step for step in range(1, 12) if c.commit(step)]
   assert c.commit(12, force=True) and committed == [5, 10]
   assert state.saves == state.checks == 3 and len(c.commit_seconds) == 3  # steps 5, 10 and the checkpoint
@@ -87,8 +88,7 @@ def test_the_course_commits_every_n_steps_and_at_checkpoints():
 
 def test_max_steps_ends_a_run_at_that_many_updates():
   state = FakeState(Position(step=7))
-  c = course.Elastic(state, commit_every=5, run=types.SimpleNamespace(epochs=90.0, max_steps=9), world=world(2),
-                     data_config=batch(16))
+  c = course.Course(state, types.SimpleNamespace(epochs=90.0, max_steps=9), world(2), batch(16), commit_every=5)
   assert not c.finished(10) and c.last_step(10) == c.nominal_step(10) + 2
   state.position = Position(step=9)
   assert c.finished(10)
@@ -99,6 +99,7 @@ def test_a_fixed_run_is_the_one_world_case():
   held = RunState.at(Position(current=Generation(1, 8, 5), images=40, step=5))
   c = course.Course(held, types.SimpleNamespace(epochs=1.5, max_steps=0), world(1), batch(8))
   assert (c.last_step(10), c.epochs(10), c.into_epoch(10), c.nominal_step(10)) == (15, 0.5, 5, 5)
+  assert not c.commit_due(10, force=True) and not c.commit(10, force=True)  # nothing to roll back to
   c.after_step()
   assert c.step == 6 and not c.finished(10) and held.position.images == 48
   for _ in range(4):
@@ -116,6 +117,39 @@ class Data:
 
 
 DIGITS_DATA = types.SimpleNamespace(steps_per_epoch=46, readers=1, info=types.SimpleNamespace(num_train=1497))
+
+
+class Told:
+  """The ledger and the watchdog, as the one path tells them."""
+
+  def __init__(self):
+    self.told = []
+
+  def enter(self, part):
+    self.told.append(part)
+
+  def new_world(self):
+    self.told.append("new world")
+
+
+def test_a_fixed_run_takes_the_one_path_once_and_never_commits():
+  config = types.SimpleNamespace(run=types.SimpleNamespace(epochs=1.0, max_steps=0), data=batch(16, step_batch=8),
+                                 optim=LINEAR)
+  data = types.SimpleNamespace(steps_per_epoch=10, readers=1, info=types.SimpleNamespace(num_train=160))
+  held = RunState.at(Position(current=Generation(2, 8, 3, 1), step=3, images=48))
+  courses, told = [], Told()
+
+  def run_world(w, c, d, the_course):
+    courses.append(the_course)
+    return "ended"
+
+  one_world = collections.namedtuple("World", "size is_chief")(2, True)  # comm.World is hashable too
+  ended = modes.Fixed(None, one_world).run(run_world, config, data, held, saver=None, rebuild=None, watchdog=told,
+                                          ledger=told)
+  assert ended == "ended" and told.told == ["startup.world", "new world"] and len(courses) == 1
+  c = courses[0]
+  assert (c.commit_every, c.readers, c.position.current) == (0, 1, Generation(2, 8, 3, 1))  # the same world goes on
+  assert not c.commit(10, force=True)
 
 
 def test_a_run_resumed_on_half_the_ranks_goes_on_at_the_epoch_and_schedule_it_reached(tmp_path):

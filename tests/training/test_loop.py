@@ -280,7 +280,7 @@ def test_a_short_epoch_ends_early_and_the_next_goes_on():
 
 
 class FakeState:
-  """What course.Elastic reads of a RunState."""
+  """What a committing course.Course reads of a RunState."""
 
   def __init__(self):
     self.position, self.saves, self.checks = Position(), 0, 0
@@ -293,7 +293,8 @@ class FakeState:
 
 
 def elastic_course(state, commit_every=3, epochs=2.0, max_steps=0):
-  return course.Elastic(state, commit_every, types.SimpleNamespace(epochs=epochs, max_steps=max_steps), ONE, UNIT)
+  return course.Course(state, types.SimpleNamespace(epochs=epochs, max_steps=max_steps), ONE, UNIT,
+                       commit_every=commit_every)
 
 
 def test_the_statistics_are_averaged_once_before_each_step_is_saved_evaluated_or_committed():

@@ -235,7 +235,8 @@ def run_pair(tmp, first: str, second: str):
       state = states[rank]
       state.position = modes.Fixed(None, world)._for_world(state.position, config, data) if not later else \
           state.committed.world_changed()
-      course = course_lib.Elastic(state, 3, config.run, world, config.data, data.readers, B0, DIGITS.num_train)
+      course = course_lib.Course(state, config.run, world, config.data, data.readers, B0, DIGITS.num_train,
+                                 commit_every=3)
       parts[rank].step_var.assign(state.position.step)
       try:
         endings.append(FakeRun(parts[rank], world, config, data, course, later=later).train().ending)

@@ -3,10 +3,9 @@ are finite, rank 0 writes (once per step), the position in the data inside the c
 each completed evaluation's figures beside it (eval-N.json).
 
 The position lives in the checkpoint (a string variable holding its JSON), so the two are one
-file set that appears at once (training/persist/checkpoints.py: the index last). It was position-N.json,
-written just before its checkpoint: an elastic rollback that wrote checkpoint N again left the new
-world's position-N.json beside the old world's ckpt-N for the whole write, and a kill then paired
-them. Checkpoints from before keep theirs in that file, which is still read.
+file set that appears at once (training/persist/checkpoints.py: the index last) and a kill can
+never pair one world's position with another's weights. Older checkpoints keep theirs beside them
+in position-N.json, which is still read (training/state.read_legacy).
 
 The loop's checkpoints (training/loop.py) and the elastic commit kept before a world
 re-forms (training/modes.py) both come here; finiteness is judged once, here, not again
