@@ -302,17 +302,33 @@ def host_step(train_step):
 
 
 def make_eval_step(model):
-  """A tf.function eval_step(images, labels) -> float32 (4,): [loss sum, top-1 hits, top-5 hits, count].
+  """eval_step(images, labels) -> float32 (4,): [loss sum, top-1 hits, top-5 hits, count].
 
   Sums, not means, so a global figure is one allreduce of sums over ranks
   (not an average of rank averages, which weighs a rank's short last batch wrongly).
+  Traced once, for any batch size: a split's short last batch runs the same graph instead of
+  tracing a second one at the run's first evaluation (EvalStep).
   """
 
   @tf.function
-  def eval_step(images, labels):
+  def sums(images, labels):
     logits = model(images, training=False)
     loss = tf.reduce_sum(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
     return tf.stack([loss, correct_count(logits, labels), correct_count(logits, labels, k=5),
                      tf.cast(tf.size(labels), tf.float32)])
 
-  return eval_step
+  return EvalStep(sums)
+
+
+class EvalStep:
+  """A tf.function traced once for batches of any size: the batch dimension of its signature is
+  left open, the rest is the batch's (another image size or dtype traces once more)."""
+
+  def __init__(self, fn):
+    self.fn, self.traced = fn, {}
+
+  def __call__(self, images, labels):
+    specs = tuple(tf.TensorSpec([None, *x.shape[1:]], x.dtype) for x in (images, labels))
+    if specs not in self.traced:
+      self.traced[specs] = self.fn.get_concrete_function(*specs)
+    return self.traced[specs](images, labels)

@@ -60,6 +60,19 @@ def test_eval_step_counts_top1_and_top5_hits(labels, top1, top5):
   assert (hits1, hits5, count) == (top1, top5, 2) and loss_sum > 0
 
 
+def test_the_eval_step_is_traced_once_for_a_splits_short_last_batch():
+  model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4)])
+  step = step_lib.make_eval_step(model)
+  rng = np.random.default_rng(0)
+  batches = [(tf.constant(rng.standard_normal((n, 3), np.float32)), tf.constant(rng.integers(0, 4, n, np.int32)))
+             for n in (5, 5, 3)]
+  got = [step(*b).numpy() for b in batches]
+  assert step.fn.experimental_get_tracing_count() == 1
+  for (images, labels), sums in zip(batches, got):  # what a step traced for that batch alone gives
+    np.testing.assert_allclose(sums, step_lib.make_eval_step(model)(images, labels).numpy(), rtol=1e-6)
+  assert [s[3] for s in got] == [5, 5, 3]
+
+
 @pytest.mark.parametrize("k", [2, 4])
 def test_k_micro_batches_make_the_update_of_one_batch_k_times_larger(k):
   # Without BatchNorm the mean loss over K * B images is the mean of the K micro-batches' means.
