@@ -126,6 +126,8 @@ class Run:
       p.controller.offer((NONE, POWERSGD) if self.started else (NONE,))  # PowerSGD from --compression_start on
       p.controller.new_world(world.size, config.data.k_range(world.size) if config.data.adaptive else (k, k),
                              self.trainer.prior(config, self.data.info))
+      if self.later:  # a world of a size it trained in before: the exchange it had there, unless the model moves it
+        compression = p.controller.compression_in(world.size, compression)
       k, compression = p.controller.start(k, self.course.position.global_batch, compression, self.course.step)
     self.set_compression(compression)
     if k != config.data.accumulation_steps:

@@ -353,3 +353,16 @@ def test_the_first_pair_is_one_line_and_a_run_without_a_choice_of_compression_ke
     c.new_world(2, (1, 8), Prior(micro=0.1, exchange={"none": 0.2}))
   with pytest.raises(ValueError, match="compressions"):
     Controller(32, 32, 10, Noise(None), lambda pair: pair, print, compressions=("fp16",))
+
+
+def test_a_world_that_comes_back_starts_from_the_compression_it_had():
+  both = Prior(micro=M, exchange={"none": 0.3, "powersgd": 0.2})  # tied for some overlaps: start() keeps c_flag
+  c, clock = controller(b_simple=200.0, compressions=BOTH, prior=both)
+  assert c.compression_in(2, "none") == "none"  # no world of 2 yet: the flags' (or the run's first)
+  c.stretch(*c.start(1, 0, "none"))
+  c.stretch(2, "powersgd")  # the controller moved to PowerSGD in this world
+  c.new_world(1, (2, 16), Prior(micro=M, exchange={"none": 0.0, "powersgd": 0.05}))
+  c.stretch(*c.start(1, 64, c.compression_in(1, "none")))
+  assert c.c == "none" and c.compression_in(2, "none") == "powersgd"  # one rank: nothing to compress
+  c.new_world(2, (1, 8), both)  # the host is back: the world of 2 starts where it was
+  assert c.start(1, 64, c.compression_in(2, "none"))[1] == "powersgd"  # from "none" it would stay "none" here

@@ -127,6 +127,7 @@ class Controller(Hook):
     self._c_tried = False             # this world has tried a c (at most once)
     self._k_tried: int | None = None  # the update of this world's last try of a K
     self.changes: list[Change] = []
+    self._c_by_ranks: dict[int, str] = {}  # the c each size of world last trained with (compression_in)
     self._started = None
     self._updates = 0  # of this stretch: the same count on every rank, so every rank decides at the same update
     # What the policy costs, in seconds of this process (summary.json): its own work (the hooks, the
@@ -154,6 +155,12 @@ class Controller(Hook):
     # Counted afresh like a joining rank's: a survivor that went on counting its last world's updates
     # decided (a broadcast) alone at the world's first due update, and the world hung (make faults).
     self._updates, self._started = 0, None
+
+  def compression_in(self, ranks: int, default: str) -> str:
+    """The compression this run last trained with in a world of `ranks` ranks (default: no such world
+    yet, or this process joined since): a world that comes back starts from it, so a host lost and
+    returned does not cost the exchange it had chosen; start() still moves it where the model says."""
+    return self._c_by_ranks.get(ranks, default)
 
   def offer(self, compressions) -> None:
     """The c's it may choose from now on, of those it was made with (training/shape.py: before
@@ -196,11 +203,13 @@ class Controller(Hook):
         self.log("batch: this world starts at K %d, compression %s (global batch %d): %s", *pair,
                  pair[0] * self.micro_batch * self.ranks, "; ".join(why))
       self.k, self.c = pair
+      self._c_by_ranks[self.ranks] = self.c
     return pair
 
   def stretch(self, k: int, c: str) -> None:
     """A stretch at (K, c) begins (its first WARMUP updates are not timed)."""
     self.k, self.c, self._updates, self._started = k, c, 0, None
+    self._c_by_ranks[self.ranks] = c
 
   # -------------------------------------------------------------- hooks --
   def before(self, phase, step):
