@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from flags.config import ConfigError
 from input import records
+from input.datasets import FASHION_MNIST
 
 SOURCE_DIR = "/usr/share/datasets/fashion-mnist"
 FILES = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
@@ -99,6 +100,18 @@ def write(data_dir: str, source_dir: str = SOURCE_DIR) -> None:
     images, labels = arrays[split]
     encoded = (tf.io.encode_png(image).numpy() for image in images)
     records.write_shards(zip(encoded, labels.tolist()), data_dir, split, shards)
+
+
+def constants_problem(source_dir: str = SOURCE_DIR, tolerance: float = 0.0005) -> str | None:
+  """Whether the training split's grey-level mean and std are input/datasets.py's FASHION_MNIST
+  normalisation constants (make setup checks the installed package): the sentence when not."""
+  images = load_arrays(source_dir)["train"][0] / 255.0
+  mean, std = float(images.mean()), float(images.std())
+  if abs(mean - FASHION_MNIST.mean[0]) < tolerance and abs(std - FASHION_MNIST.std[0]) < tolerance:
+    return None
+  return (f"Fashion-MNIST's training images in {source_dir} have mean {mean:.4f} and std {std:.4f}, not "
+          f"input/datasets.py's {FASHION_MNIST.mean[0]} and {FASHION_MNIST.std[0]}; reinstall "
+          "dataset-fashion-mnist (make setup) or correct the constants.")
 
 
 def check(data_dir: str, source_dir: str = SOURCE_DIR) -> str | None:

@@ -2,6 +2,7 @@
 import gzip
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -91,7 +92,6 @@ def test_missing_files_are_one_sentence_naming_make_setup(tmp_path):
   os.remove(os.path.join(partial, fashion_mnist.FILES["eval"][1]))
   assert fashion_mnist.missing(partial) == SENTENCE.format(partial)
   assert fashion_mnist.check(str(tmp_path / "records"), source_dir=partial) == SENTENCE.format(partial)
-  assert fashion_mnist.missing(fashion_mnist.SOURCE_DIR) is None, "make setup installs the package"
 
 
 def test_written_records_need_no_package(tmp_path):
@@ -100,29 +100,43 @@ def test_written_records_need_no_package(tmp_path):
   assert fashion_mnist.check(data_dir, source_dir=str(tmp_path / "nowhere")) is None
 
 
-def test_normalisation_constants_match_the_training_split():
-  images = fashion_mnist.load_arrays()["train"][0] / 255.0
-  assert abs(images.mean() - FASHION_MNIST.mean[0]) < 0.0005
-  assert abs(images.std() - FASHION_MNIST.std[0]) < 0.0005
+def test_make_setup_refuses_a_package_whose_statistics_are_not_the_constants(tmp_path):
+  os.makedirs(tmp_path / "matching")
+  # Random grey levels: mean ~0.5, std ~0.29, against Fashion-MNIST's 0.286 and 0.353.
+  assert re.search(r"have mean 0\.\d{4} and std 0\.\d{4}, not input/datasets.py.s 0.286 and 0.353",
+                   fashion_mnist.constants_problem(tiny_source(tmp_path, train=50)))
+  # Two levels, 0 and 184 (0.7216), the second in 621 of 1,568 pixels: mean 0.2858, std 0.3529.
+  source = tiny_source(tmp_path / "matching", train=2)
+  levels = np.zeros(2 * 28 * 28, np.uint8)
+  levels[:621] = 184
+  with gzip.open(os.path.join(source, fashion_mnist.FILES["train"][0]), "wb") as fh:
+    fh.write(idx(0x08, (2, 28, 28), levels))
+  assert fashion_mnist.constants_problem(source) is None
+
+
+TRAIN, EVAL = 320, 80  # images of the short run's set: 20 a training shard, 20 an eval shard
 
 
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory):
-  """train.py on an empty --data_dir: prepare writes the records, 4 steps, the full held-out pass.
+  """train.py on records written from a small set in the package's format (IDX files: the package's
+  own are outside the repository; make setup checks them), 4 steps, the full held-out pass.
   The step of Jia et al.'s recipe too (LARS in fp16 with label smoothing), which one run shows as
   well as two: that the ranks agree on it is overflow_check's (tests/multiprocess/test_checks.py).
   4 steps, not 10: fp16 converts every element on a CPU without fp16 arithmetic (14 images/s here),
   and the steps past the second showed nothing more (each is the same traced step)."""
-  data_dir = tmp_path_factory.mktemp("fashion_mnist")
+  source = tiny_source(tmp_path_factory.mktemp("idx"), train=TRAIN, test=EVAL)
+  data_dir = str(tmp_path_factory.mktemp("fashion_mnist"))
+  fashion_mnist.write(data_dir, source_dir=source)
   model_dir = tmp_path_factory.mktemp("run")
   proc = python("train.py", "--dataset=fashion_mnist", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
                 f"--model={MODEL}", "--max_steps=4", "--log_every=2", "--optimizer=lars", "--precision=fp16",
                 "--label_smoothing=0.1", "--base_lr=20", "--lr_schedule=poly", timeout=600)
-  return proc, str(data_dir)
+  return proc, data_dir, source
 
 
 def test_a_short_run_reports_a_held_out_top1(short_run):
-  proc, _ = short_run
+  proc, _, _ = short_run
   assert proc.returncode == 0, proc.stderr[-3000:]
   summary = json.loads(proc.stdout.strip().splitlines()[-1])
   assert summary["dataset"] == "fashion_mnist" and summary["steps"] == 4
@@ -131,15 +145,15 @@ def test_a_short_run_reports_a_held_out_top1(short_run):
   assert "step      4/4" in proc.stdout + proc.stderr
 
 
-def test_the_written_set_is_the_official_split(short_run):
-  _, data_dir = short_run
-  arrays = fashion_mnist.load_arrays()
-  for split, shards, count in (("train", 16, 60_000), ("eval", 4, 10_000)):
+def test_the_written_set_is_the_sources_split_in_its_order(short_run):
+  _, data_dir, source = short_run
+  arrays = fashion_mnist.load_arrays(source)
+  for split, shards, count in (("train", 16, TRAIN), ("eval", 4, EVAL)):
     paths = records.shard_paths(data_dir, split)
     assert len(paths) == shards and sum(records.count_records(p) for p in paths) == count
     labels = np.concatenate(list(tf.data.TFRecordDataset(paths).map(lambda r: records.parse_example(r)[1])
-                                 .batch(10_000).as_numpy_iterator()))
-    assert np.bincount(labels).tolist() == [count // 10] * 10  # balanced, 0-based after reading
+                                 .batch(count).as_numpy_iterator()))
+    assert np.bincount(labels).tolist() == [count // 10] * 10  # the source's i % 10, 0-based after reading
     # Shards are round-robin: record k of shard 0 is image k * shards of the files.
     images, file_labels = arrays[split]
     for k, serialized in enumerate(tf.data.TFRecordDataset(paths[0]).take(3)):
