@@ -25,10 +25,12 @@ setup-gpu:  ## the same with CUDA TensorFlow and Horovod's NCCL operations (GPU 
 ops:  ## compile input/kernels/*.cc against .venv's TensorFlow (make setup does it; quick when up to date)
 	bash scripts/build_ops.sh
 
-# Two pytest workers (pytest-xdist), a test file each at a time (--dist loadfile: a file's shared
-# launch runs once): the launches spend much of their time waiting (start-up, a stall limit, a
-# signal's round trip, Slurm), which the other worker fills. --durations: where the time goes.
-PYTEST := $(PY) -m pytest -q -n 2 --dist loadfile --durations=25
+# Three pytest workers (pytest-xdist) on 2 cores, a test file each at a time (--dist loadfile: a
+# file's shared launch runs once): the launches spend much of their time waiting (start-up, a stall
+# limit, a signal's round trip, Slurm), which the other workers fill. Idle, a clean clone's suite
+# took 13:44 with 3 and 16:59 with 4 (2026-12-07; 2 workers: 19:19 a commit earlier, docs/setup.md).
+# --durations: where the time goes.
+PYTEST := $(PY) -m pytest -q -n 3 --dist loadfile --durations=25
 
 test: ops  ## the whole suite: single-process and multi-process tests, two at a time
 	$(PYTEST) tests

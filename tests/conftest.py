@@ -28,12 +28,12 @@ MODEL = "resnet8"
 NO_GRACE = {"OMPI_MCA_odls_base_sigkill_timeout": "1"}
 
 
-# How make test's two workers (--dist loadfile: whole files) share the suite. xdist hands out the files
+# How make test's workers (--dist loadfile: whole files) share the suite. xdist hands out the files
 # with the most tests first, which left the files that launch ranks (a few tests of minutes each) for
 # the end: in a suite of 39 minutes on a loaded machine, tests/multiprocess/test_elastic.py ran alone
 # for its last 7. Two launches at once slow each other (af07344 measured it), so a worker takes a
-# launch file only while the other runs none, longest first, and takes the in-process files, longest
-# first, meanwhile; once those are gone both take launches. Seconds each file took in that suite
+# launch file only while no other runs one, longest first, and takes the in-process files, longest
+# first, meanwhile; once those are gone every worker takes launches. Seconds each file took in that suite
 # (loaded, rounded): an order, not a bound. A file not listed counts 0 and keeps xdist's order.
 LAUNCH_S = {
     "tests/multiprocess/test_train.py": 700,
