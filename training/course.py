@@ -182,4 +182,3 @@ def epochs_as_trained(position, run: RunConfig, data_config, num_train: int, bas
   then = dataclasses.replace(data_config, global_batch=batch)
   return Course(RunState.at(position), run, None, then, base_batch=base_batch, num_train=num_train).epochs(
       max(1, num_train // batch))
-

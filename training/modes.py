@@ -120,7 +120,8 @@ class Fixed:
   def run(self, run_world, config, data, state: RunState, *, saver, rebuild, watchdog, ledger,
           before_commit=None) -> WorldRun:
     """run_world(world, config, data, course) in each world of the run, from `state`: one path for
-    both modes (_Worlds.one), which a fixed run takes once and --elastic once per world (_loop); the modes differ in world_for, commit_every and world_ended.
+    both modes (_Worlds.one), which a fixed run takes once and --elastic once per world (_loop); the
+    modes differ in world_for, commit_every and world_ended.
     rebuild(world, position, later) -> (config, data) of a new world (the global batch may change;
     AdaScale's base batch is the position's, pinned at the run's first world; later: not the first);
     watchdog: told when a world begins (first-time work again) and when one re-forms (no limit);
@@ -153,6 +154,7 @@ class Elastic(Fixed):
   """Worlds that change (training/elastic.py): the loop runs once per world from the last commit."""
   elastic_input = True
   scanned = None  # this rank's input.sources.Scanned, kept by first_error for each world's agreement
+  built: dict  # (world, base batch) -> (config, input) of the world of the moment (_loop, world_for)
 
   def __init__(self, hvd, world, ranks_per_node: int):
     super().__init__(hvd, world)
@@ -197,19 +199,20 @@ class Elastic(Fixed):
   def _loop(self, worlds, state: RunState) -> WorldRun:
     """The one path once per world until the run ends, from the state's last commit (its variables:
     the fp16 loss scale too, a rank that joins must scale as the others do)."""
+    self.built = {(self.world, state.position.base_batch): (worlds.config, worlds.data)}  # a world's, built once
     state.save()  # the first commit: what a world lost before any other (or in the first sync) rolls back to
     return elastic.run(self.hvd, worlds.one, before_reset=worlds.keep_commit)(state)
 
   def world_for(self, worlds, state: RunState):
     now = comm.world(self.hvd, self.ranks_per_node)
     key = (now, state.position.base_batch)  # a joining rank builds with rank 0's pinned base batch
-    if key not in worlds.built:
-      worlds.built.clear()
+    if key not in self.built:
+      self.built.clear()
       try:
-        worlds.built[key] = worlds.rebuild(now, state.position, worlds.later)
+        self.built[key] = worlds.rebuild(now, state.position, worlds.later)
       except ConfigError as e:  # --global_batch_size that no longer divides: the run ends here
         raise ConfigError(f"the world changed to {now.size} ranks: {e}") from None
-    config, data = worlds.built[key]
+    config, data = self.built[key]
     problem = sync.agree_on_data(self.hvd, self.scanned)  # a collective every rank of this world makes
     if problem:
       raise ConfigError(problem)
@@ -273,8 +276,6 @@ class _Worlds:
     self.mode, self.state, self.run_world, self.config, self.data = mode, state, run_world, config, data
     self.saver, self.rebuild, self.watchdog, self.ledger = saver, rebuild, watchdog, ledger
     self.before_commit = before_commit
-    # Elastic: a world's config and input, built once (a joining rank builds with rank 0's pinned base batch)
-    self.built = {(mode.world, state.position.base_batch): (config, data)}
     self.later = False  # a world before this one
 
   def one(self, state: RunState) -> WorldRun:
