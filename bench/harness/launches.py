@@ -121,9 +121,10 @@ class Job:
     log's tail if the job ends first or timeout passes."""
     start = time.time()
     while time.time() - start < timeout:
+      ended = self.proc.poll() is not None  # before the log is read: a line written just before the end is in it
       if predicate(self.stderr()):
         return time.time() - start
-      if self.proc.poll() is not None:
+      if ended:
         raise AssertionError(f"the job ended ({self.proc.returncode}) before {what}:\n{self.tail()}")
       time.sleep(0.1)
     raise AssertionError(f"no {what} within {timeout} s:\n{self.tail()}")

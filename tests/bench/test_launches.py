@@ -1,12 +1,13 @@
 """bench/harness/launches.py's and hosts.py's reading of a launch's log (the launches themselves:
 tests/multiprocess), and train_runs.shown's command as the results keep it."""
 import sys
+import time
 
 import pytest
 
 from bench.harness import REPO
 from bench.harness.hosts import regrown, stalled_after_horovod_died
-from bench.harness.launches import last_step
+from bench.harness.launches import Job, last_step
 from bench.harness.train_runs import shown
 
 LINEAR = "[1,0]<stderr>:epoch   0.35  step      8/276  loss 2.2830  top1 0.281  lr 0.03043     1712.3 img/s  eta 0:00:10\n"
@@ -69,3 +70,19 @@ def test_a_command_is_kept_as_typed_at_the_repository_root():
   assert shown(cmd) == ("bash scripts/cluster/cluster.sh run horovodrun --gloo --host-discovery-script "
                         "scripts/elastic/discover_hosts.sh python train.py --model_dir=runs/x "
                         "--data_dir=/elsewhere/data")
+
+
+def test_a_line_written_just_before_the_job_ends_is_seen(tmp_path):
+  # The predicate reads the log, then takes a second (a loaded machine); the job writes its line and
+  # ends meanwhile. Asking whether it ended after reading the log reported "ended before" a line it wrote.
+  program = [sys.executable, "-c", "import sys, time; time.sleep(0.5); print('awaited', file=sys.stderr)"]
+  calls = []
+
+  def seen(text):
+    calls.append(text)
+    if len(calls) == 1:
+      time.sleep(1.5)  # the job writes its line and ends meanwhile
+    return "awaited" in text
+
+  with Job(str(tmp_path), launcher=["env"], program=program) as job:
+    assert job.wait_until(seen, "the awaited line", timeout=60) < 60
