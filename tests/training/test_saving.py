@@ -185,6 +185,7 @@ def test_powersgd_state_is_averaged_over_ranks_checkpointed_and_resumed(tmp_path
   compressor.qs[0].assign(np.ones((4, 2), np.float32))
   saver.writer()
   assert saver.save(4) and averaged == [1]
+  saver.wait()  # written in the background: a restarted process starts after it
   np.testing.assert_array_equal(compressor.residuals[0].numpy(), residual / 2)
   _, resumed, _, again = powersgd_run(tmp_path, seed=1)
   assert resumed.writer().restore_newest() == 4
@@ -204,6 +205,7 @@ def test_a_checkpoint_without_powersgd_state_loads_and_says_it_starts_afresh(tmp
   step.assign(5)
   plain.writer()
   assert plain.save(5)
+  plain.wait()  # written in the background: a restarted process starts after it
   weights = [w.numpy() for w in model.weights]
   lines = []
   step, saver, resumed_model, compressor = powersgd_run(tmp_path, lines=lines, loss_scale=precision.DynamicLossScale(True))
@@ -219,6 +221,7 @@ def test_a_checkpoint_without_powersgd_state_loads_and_says_it_starts_afresh(tmp
   # At another --powersgd_rank the shapes differ: the state starts afresh the same way.
   compressor.residuals[0].assign(tf.ones((6, 4)))
   assert saver.save(6)
+  saver.wait()  # written in the background: a restarted process starts after it
   lines.clear()
   _, other, _, at_one = powersgd_run(tmp_path, rank=1, lines=lines)
   assert other.writer().restore_newest() == 6 and lines == [
