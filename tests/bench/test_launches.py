@@ -1,8 +1,11 @@
 """bench/harness/launches.py's and hosts.py's reading of a launch's log (the launches themselves:
 tests/multiprocess), and train_runs.shown's command as the results keep it."""
+import os
+import signal
 import sys
 import time
 
+import psutil
 import pytest
 
 from bench.harness import REPO
@@ -86,3 +89,32 @@ def test_a_line_written_just_before_the_job_ends_is_seen(tmp_path):
 
   with Job(str(tmp_path), launcher=["env"], program=program) as job:
     assert job.wait_until(seen, "the awaited line", timeout=60) < 60
+
+
+def test_a_process_that_outlives_its_parent_is_tracked_and_ended_by_pid(tmp_path):
+  # The launcher's child starts a grandchild and exits: the grandchild, now an orphan, is still the
+  # job's (found while its parent ran), and kill() ends it.
+  pid_file = tmp_path / "orphan.pid"
+  script = ("import subprocess, sys, time; p = subprocess.Popen(['sleep', '300']); "
+            f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(1.5)")
+  try:
+    with Job(str(tmp_path), launcher=["env"], program=[sys.executable, "-c", script]) as job:
+      deadline = time.time() + 60
+      while job.proc.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+      orphan = int(pid_file.read_text())
+      assert job.proc.returncode == 0 and job.alive() == {orphan}, (job.proc.returncode, job.alive(), orphan)
+    deadline = time.time() + 30  # SIGKILLed on leaving the job; gone once the kernel is done with it
+    while _running(orphan) and time.time() < deadline:
+      time.sleep(0.05)
+    assert not _running(orphan), f"the job's orphan {orphan} outlived the job"
+  finally:  # the test's own process, by its id, also when the job lost track of it
+    if pid_file.exists() and _running(int(pid_file.read_text())):
+      os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+  try:
+    return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+  except psutil.NoSuchProcess:
+    return False
