@@ -2,6 +2,7 @@
 # make setup: apt packages, .venv, pinned Python packages, Horovod 0.28.1 built
 # with TensorFlow + MPI + Gloo from its sdist with the project's patch
 # (scripts/horovod/tensor_queue.patch: Horovod's elastic race, docs/setup.md),
+# its launcher's build checks kept in a file (scripts/horovod/built_checks.patch),
 # and the project's image kernel (scripts/build_ops.sh). Idempotent: when the
 # stamp matches the inputs and the build check passes it returns in seconds.
 #
@@ -19,6 +20,9 @@ STAMP=$VENV/.setup-stamp
 # The sdist is downloaded, extracted and patched here (inside .venv: git-ignored).
 HOROVOD_SRC=$VENV/src
 HOROVOD_PATCH=scripts/horovod/tensor_queue.patch
+# Python only, applied to the installed package after the build (no rebuild for it): horovodrun's
+# "built with MPI/Gloo?" answered from a file instead of a TensorFlow import at every launch.
+RUNNER_PATCH=scripts/horovod/built_checks.patch
 # Written into the installed horovod package after a patched build: the patch's sha256 and the
 # built library's, so check_build tells this build from an unpatched one (or one pip replaced).
 # comm/horovod_build.py writes its text (marker-text) and reads it at run time (patch_marker()).
@@ -29,7 +33,7 @@ APT_PACKAGES="openmpi-bin libopenmpi-dev cmake g++ make libhighwayhash-dev libfa
 GPU=${GPU:-0}
 REQUIREMENTS=requirements.txt
 [ "$GPU" = 1 ] && REQUIREMENTS=requirements-gpu.txt
-want_stamp="$(cat requirements-base.txt "$REQUIREMENTS" scripts/setup.sh "$HOROVOD_PATCH" | sha256sum | cut -d' ' -f1) gpu=$GPU"
+want_stamp="$(cat requirements-base.txt "$REQUIREMENTS" scripts/setup.sh "$HOROVOD_PATCH" "$RUNNER_PATCH" | sha256sum | cut -d' ' -f1) gpu=$GPU"
 
 gpu_build_env() {
   # NCCL from the nvidia-nccl-cu12 wheel that tensorflow[and-cuda] installs.
@@ -64,7 +68,17 @@ print(f"ok: tensorflow {tf.__version__}, horovod {__import__('horovod').__versio
 PY
 }
 
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ] && check_build 2>/dev/null; then
+# The directory holding the installed horovod package (site-packages), where RUNNER_PATCH applies.
+site_dir() {
+  "$PY" -c 'import horovod, os; print(os.path.dirname(os.path.dirname(horovod.__file__)))'
+}
+
+# Whether RUNNER_PATCH is in the installed package (it reverses cleanly).
+runner_patched() {
+  patch -p1 -R -s -f --dry-run -d "$(site_dir)" < "$RUNNER_PATCH" >/dev/null 2>&1
+}
+
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ] && check_build 2>/dev/null && runner_patched; then
   bash scripts/build_ops.sh
   echo "setup: already done (delete $STAMP to force a rebuild)"
   exit 0
@@ -112,6 +126,7 @@ if ! check_build >/dev/null 2>&1; then
   installed=$("$PY" -c 'import horovod, os; print(os.path.dirname(horovod.__file__))')
   patch_marker > "$installed/$PATCH_MARKER"
 fi
+runner_patched || patch -p1 -s -f -d "$(site_dir)" < "$RUNNER_PATCH"
 check_build
 # The package's files parse and hold the statistics the input normalises with (tests do not read
 # outside the repository, so this is checked here, once per machine).

@@ -2,6 +2,7 @@
 after a patched build, read back by patch_marker() (on a package made here, and on the installed
 one), and kept with each elastic row of make faults (bench/faults/elastic.built_with)."""
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -81,3 +82,30 @@ def test_the_elastic_rows_keep_the_build_they_were_measured_on(monkeypatch):
   assert faults_elastic.built_with(rows) == [dict(r, horovod_patch="a" * 64) for r in rows]
   monkeypatch.setattr(faults_elastic, "patch_marker", lambda: None)  # an unmarked build says so: null
   assert [r["horovod_patch"] for r in faults_elastic.built_with(rows)] == [None, None]
+
+
+def test_horovodrun_keeps_a_build_checks_answer_while_the_files_are_the_same(tmp_path, monkeypatch):
+  # scripts/horovod/built_checks.patch, which make setup applies to the installed package: horovodrun
+  # asked "built with MPI?" by importing TensorFlow in a new process at every launch (4-5 s).
+  util = pytest.importorskip("horovod.common.util")
+  if not hasattr(util, "_built_checks_file"):
+    pytest.fail("the installed Horovod lacks scripts/horovod/built_checks.patch: run make setup")
+  path, key = util._built_checks_file("tensorflow")
+  assert path.endswith(os.path.join("horovod", "tensorflow", ".built_checks.json")), path
+  assert key[0][0].startswith("mpi_lib") and key[-1][0] == "__init__.py", key  # the library, then TensorFlow
+  kept, files, asked = tmp_path / "kept.json", {"key": [["lib.so", 1, 1]]}, []
+  monkeypatch.setattr(util, "_built_checks_file", lambda ext: (str(kept), files["key"]))
+  monkeypatch.setattr(util, "_ask_extension", lambda ext, fn, desc, verbose: asked.append(desc) or fn(ext))
+  check = util._check_extension_lambda
+  assert check("tensorflow", lambda ext: True, "built with X", False) is True
+  assert check("tensorflow", lambda ext: False, "built with X", False) is True  # kept: not asked
+  assert check("tensorflow", lambda ext: False, "built with Y", False) is False
+  assert asked == ["built with X", "built with Y"]
+  files["key"] = [["lib.so", 2, 1]]  # rebuilt: asked again, the older answers dropped
+  assert check("tensorflow", lambda ext: False, "built with X", False) is False
+  assert check("tensorflow", lambda ext: None, "built with Z", False) is None  # did not load: not kept
+  assert check("tensorflow", lambda ext: True, "running with GPU", False) is True  # not a build check
+  assert check("tensorflow", lambda ext: False, "running with GPU", False) is False
+  assert json.loads(kept.read_text()) == {"key": [["lib.so", 2, 1]], "results": {"built with X": False}}
+  assert asked == ["built with X", "built with Y", "built with X", "built with Z", "running with GPU",
+                   "running with GPU"]
