@@ -131,7 +131,7 @@ def short_run(tmp_path_factory):
   model_dir = tmp_path_factory.mktemp("run")
   proc = python("train.py", "--dataset=fashion_mnist", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
                 f"--model={MODEL}", "--max_steps=4", "--log_every=2", "--optimizer=lars", "--precision=fp16",
-                "--label_smoothing=0.1", "--base_lr=20", "--lr_schedule=poly", timeout=600)
+                "--label_smoothing=0.1", "--base_lr=20", "--lr_schedule=poly", "--export=false", timeout=600)
   return proc, data_dir, source
 
 

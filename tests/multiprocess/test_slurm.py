@@ -74,8 +74,8 @@ def slurm_cluster():
 
 def Job(cluster, tmp_path, digits_dir, *train_flags, sbatch=(), **env):
   """A job cpu_nodes.sbatch runs on the 2 hosts, 1 rank each; cancelled on exit if still there."""
-  return slurm_jobs.SbatchJob(cluster, str(tmp_path), f"--data_dir={digits_dir}", f"--model={MODEL}", *train_flags, sbatch=sbatch,
-                              **env)
+  return slurm_jobs.SbatchJob(cluster, str(tmp_path), f"--data_dir={digits_dir}", f"--model={MODEL}", "--export=false",
+                              *train_flags, sbatch=sbatch, **env)
 
 
 def assert_ranks_on_both_hosts(log, launcher):
@@ -93,7 +93,7 @@ def test_sbatch_script_trains_two_ranks_under_srun(slurm, digits_dir):
   model_dir = os.path.join(directory, "model")
   submit = subprocess.run(
       ["sbatch", "--parsable", "--ntasks=2", "--ntasks-per-node=2", f"--output={out}",
-       "scripts/slurm/cpu_node.sbatch", "--max_steps=4", "--log_every=1", f"--model_dir={model_dir}",
+       "scripts/slurm/cpu_node.sbatch", "--max_steps=4", "--log_every=1", "--export=false", f"--model_dir={model_dir}",
        f"--data_dir={digits_dir}"],
       cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
   assert submit.returncode == 0, submit.stderr
