@@ -27,6 +27,9 @@ USER_LINE = re.compile(r"^(?:\[\d+(?:,\d+)?\]<std\w+>:)?(?:\d\d:\d\d:\d\d )?"
                        r"((?:stopped|stalled|diverged|error|checkpoint)\b.*)$", re.M)
 START_TIMEOUT_S = 900  # for the step a fault waits for: a launch on the loaded 2-core machine took minutes
 CHECKPOINT = re.compile(r"^ckpt-(\d+)\.index$")
+# What a dying process says before its end fills the log (Python's, C++'s, Gloo's, Horovod's).
+CAUSE_LINE = re.compile(r"Fatal Python error|terminate called|what\(\): |Error: |Exception: |Aborted|Segmentation "
+                        r"fault|uncaught exception|Traceback \(most recent call last\)|^\S*(?:stopped|stalled|error):")
 
 
 
@@ -157,7 +160,13 @@ class Job:
     return [m.group(1).strip() for m in USER_LINE.finditer(self.stderr())]
 
   def tail(self, n: int = 3000) -> str:
-    return f"stdout:\n{self.stdout()[-n:]}\nstderr:\n{self.stderr()[-n:]}"
+    """The end of both outputs, after the lines anywhere in stderr that say why a process died: a
+    rank's abort fills the end with its list of extension modules (a test in make test showed
+    only that, exit 134 on both ranks, and not what aborted)."""
+    err = self.stderr()
+    causes = [line for line in err.splitlines() if CAUSE_LINE.search(line)][:20]
+    return ((f"lines saying why (of {len(err.splitlines())}):\n" + "\n".join(causes) + "\n" if causes else "") +
+            f"stdout:\n{self.stdout()[-n:]}\nstderr:\n{err[-n:]}")
 
   # ------------------------------------------------------------- faults --
   def rank_pid(self, rank: int) -> int:

@@ -118,3 +118,15 @@ def _running(pid: int) -> bool:
     return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
   except psutil.NoSuchProcess:
     return False
+
+
+def test_a_failed_jobs_tail_leads_with_the_lines_that_say_why(tmp_path):
+  # An abort's dump of extension modules fills the end of the log; the cause came long before it.
+  program = [sys.executable, "-c", "import sys; print('terminate called after throwing gloo::IoException', file=sys.stderr); "
+             "print('Fatal Python error: Aborted', file=sys.stderr); print('m, ' * 5000, file=sys.stderr)"]
+  with Job(str(tmp_path), launcher=["env"], program=program) as job:
+    job.wait_gone(60)
+    tail = job.tail()
+  assert tail.startswith("lines saying why (of 3):\nterminate called after throwing gloo::IoException\n"
+                         "Fatal Python error: Aborted\nstdout:"), tail[:300]
+  assert tail.endswith("m, m, \n") and len(tail) < 7000
