@@ -2,7 +2,8 @@
 # make setup: apt packages, .venv, pinned Python packages, Horovod 0.28.1 built
 # with TensorFlow + MPI + Gloo from its sdist with the project's patch
 # (scripts/horovod/tensor_queue.patch: Horovod's elastic race, docs/setup.md),
-# its launcher's build checks kept in a file (scripts/horovod/built_checks.patch),
+# its launcher's build checks kept in a file (scripts/horovod/built_checks.patch) and its
+# elastic driver's discovery script run without a Python middleman (scripts/horovod/discovery.patch),
 # and the project's image kernel (scripts/build_ops.sh). Idempotent: when the
 # stamp matches the inputs and the build check passes it returns in seconds.
 #
@@ -20,9 +21,10 @@ STAMP=$VENV/.setup-stamp
 # The sdist is downloaded, extracted and patched here (inside .venv: git-ignored).
 HOROVOD_SRC=$VENV/src
 HOROVOD_PATCH=scripts/horovod/tensor_queue.patch
-# Python only, applied to the installed package after the build (no rebuild for it): horovodrun's
-# "built with MPI/Gloo?" answered from a file instead of a TensorFlow import at every launch.
-RUNNER_PATCH=scripts/horovod/built_checks.patch
+# Python only, applied to the installed package after the build (no rebuild for them): horovodrun's
+# "built with MPI/Gloo?" answered from a file instead of a TensorFlow import at every launch, and the
+# elastic driver's discovery script (every second) run without a spawned Python middleman.
+RUNNER_PATCHES="scripts/horovod/built_checks.patch scripts/horovod/discovery.patch"
 # Written into the installed horovod package after a patched build: the patch's sha256 and the
 # built library's, so check_build tells this build from an unpatched one (or one pip replaced).
 # comm/horovod_build.py writes its text (marker-text) and reads it at run time (patch_marker()).
@@ -33,7 +35,7 @@ APT_PACKAGES="openmpi-bin libopenmpi-dev cmake g++ make libhighwayhash-dev libfa
 GPU=${GPU:-0}
 REQUIREMENTS=requirements.txt
 [ "$GPU" = 1 ] && REQUIREMENTS=requirements-gpu.txt
-want_stamp="$(cat requirements-base.txt "$REQUIREMENTS" scripts/setup.sh "$HOROVOD_PATCH" "$RUNNER_PATCH" | sha256sum | cut -d' ' -f1) gpu=$GPU"
+want_stamp="$(cat requirements-base.txt "$REQUIREMENTS" scripts/setup.sh "$HOROVOD_PATCH" $RUNNER_PATCHES | sha256sum | cut -d' ' -f1) gpu=$GPU"
 
 gpu_build_env() {
   # NCCL from the nvidia-nccl-cu12 wheel that tensorflow[and-cuda] installs.
@@ -68,17 +70,33 @@ print(f"ok: tensorflow {tf.__version__}, horovod {__import__('horovod').__versio
 PY
 }
 
-# The directory holding the installed horovod package (site-packages), where RUNNER_PATCH applies.
+# The directory holding the installed horovod package (site-packages), where RUNNER_PATCHES apply.
 site_dir() {
   "$PY" -c 'import horovod, os; print(os.path.dirname(os.path.dirname(horovod.__file__)))'
 }
 
-# Whether RUNNER_PATCH is in the installed package (it reverses cleanly).
+# Whether the runner patch $1 is in the installed package (it reverses cleanly).
 runner_patched() {
-  patch -p1 -R -s -f --dry-run -d "$(site_dir)" < "$RUNNER_PATCH" >/dev/null 2>&1
+  patch -p1 -R -s -f --dry-run -d "$(site_dir)" < "$1" >/dev/null 2>&1
 }
 
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ] && check_build 2>/dev/null && runner_patched; then
+# Each runner patch applied once (setup runs again on a machine where some are already in).
+runner_patch() {
+  local p
+  for p in $RUNNER_PATCHES; do
+    runner_patched "$p" || patch -p1 -s -f -d "$(site_dir)" < "$p"
+  done
+}
+
+# Whether every runner patch is in the installed package.
+runner_patches_in() {
+  local p
+  for p in $RUNNER_PATCHES; do
+    runner_patched "$p" || return 1
+  done
+}
+
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want_stamp" ] && check_build 2>/dev/null && runner_patches_in; then
   bash scripts/build_ops.sh
   echo "setup: already done (delete $STAMP to force a rebuild)"
   exit 0
@@ -126,7 +144,7 @@ if ! check_build >/dev/null 2>&1; then
   installed=$("$PY" -c 'import horovod, os; print(os.path.dirname(horovod.__file__))')
   patch_marker > "$installed/$PATCH_MARKER"
 fi
-runner_patched || patch -p1 -s -f -d "$(site_dir)" < "$RUNNER_PATCH"
+runner_patch
 check_build
 # The package's files parse and hold the statistics the input normalises with (tests do not read
 # outside the repository, so this is checked here, once per machine).
