@@ -5,12 +5,12 @@ import signal
 import sys
 import time
 
-import psutil
 import pytest
 
 from bench.harness import REPO
 from bench.harness.hosts import regrown, stalled_after_horovod_died
 from bench.harness.launches import Job, last_step
+from bench.harness.slurm_jobs import started
 from bench.harness.train_runs import shown
 
 LINEAR = "[1,0]<stderr>:epoch   0.35  step      8/276  loss 2.2830  top1 0.281  lr 0.03043     1712.3 img/s  eta 0:00:10\n"
@@ -105,19 +105,12 @@ def test_a_process_that_outlives_its_parent_is_tracked_and_ended_by_pid(tmp_path
       orphan = int(pid_file.read_text())
       assert job.proc.returncode == 0 and job.alive() == {orphan}, (job.proc.returncode, job.alive(), orphan)
     deadline = time.time() + 30  # SIGKILLed on leaving the job; gone once the kernel is done with it
-    while _running(orphan) and time.time() < deadline:
+    while started(orphan) is not None and time.time() < deadline:
       time.sleep(0.05)
-    assert not _running(orphan), f"the job's orphan {orphan} outlived the job"
+    assert started(orphan) is None, f"the job's orphan {orphan} outlived the job"
   finally:  # the test's own process, by its id, also when the job lost track of it
-    if pid_file.exists() and _running(int(pid_file.read_text())):
+    if pid_file.exists() and started(int(pid_file.read_text())) is not None:
       os.kill(int(pid_file.read_text()), signal.SIGKILL)
-
-
-def _running(pid: int) -> bool:
-  try:
-    return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-  except psutil.NoSuchProcess:
-    return False
 
 
 def test_a_failed_jobs_tail_leads_with_the_lines_that_say_why(tmp_path):
