@@ -75,24 +75,38 @@ site_dir() {
   "$PY" -c 'import horovod, os; print(os.path.dirname(os.path.dirname(horovod.__file__)))'
 }
 
-# Whether the runner patch $1 is in the installed package (it reverses cleanly).
-runner_patched() {
-  patch -p1 -R -s -f --dry-run -d "$(site_dir)" < "$1" >/dev/null 2>&1
-}
-
-# Each runner patch applied once (setup runs again on a machine where some are already in).
-runner_patch() {
-  local p
+# Whether every runner patch is in the installed package (each reverses cleanly).
+runner_patches_in() {
+  local site p
+  site=$(site_dir) || return 1
   for p in $RUNNER_PATCHES; do
-    runner_patched "$p" || patch -p1 -s -f -d "$(site_dir)" < "$p"
+    patch -p1 -R -s -f --dry-run -d "$site" < "$p" >/dev/null 2>&1 || return 1
   done
 }
 
-# Whether every runner patch is in the installed package.
-runner_patches_in() {
-  local p
+# The Horovod sdist, downloaded once into HOROVOD_SRC; prints its path.
+sdist() {
+  local path=$HOROVOD_SRC/horovod-$HOROVOD_VERSION.tar.gz
+  if [ ! -f "$path" ]; then
+    mkdir -p "$HOROVOD_SRC/download"
+    "$PY" -m pip download -q --no-binary :all: --no-deps --no-build-isolation \
+      -d "$HOROVOD_SRC/download" "horovod==$HOROVOD_VERSION" >&2
+    mv "$HOROVOD_SRC/download/horovod-$HOROVOD_VERSION.tar.gz" "$path"
+  fi
+  echo "$path"
+}
+
+# The runner patches applied to the sdist's own copies of the files they change, so a runner patch
+# that changed since the last make setup replaces its older version rather than failing on it.
+runner_patch() {
+  local site tarball f p
+  site=$(site_dir)
+  tarball=$(sdist)
+  for f in $(sed -n 's#^+++ b/\([^[:space:]]*\).*#\1#p' $RUNNER_PATCHES | sort -u); do
+    tar -xzf "$tarball" -O "horovod-$HOROVOD_VERSION/$f" > "$site/$f"
+  done
   for p in $RUNNER_PATCHES; do
-    runner_patched "$p" || return 1
+    patch -p1 -s -f -d "$site" < "$p"
   done
 }
 
@@ -121,16 +135,10 @@ fi
 if ! check_build >/dev/null 2>&1; then
   echo "setup: building horovod $HOROVOD_VERSION with $HOROVOD_PATCH against $("$PY" -c 'import tensorflow as tf; print(tf.__version__)') (about 4 minutes on 2 cores)"
   # The sdist, extracted afresh and patched (Horovod has had no release since 0.28.1).
-  sdist=$HOROVOD_SRC/horovod-$HOROVOD_VERSION.tar.gz
-  if [ ! -f "$sdist" ]; then
-    mkdir -p "$HOROVOD_SRC/download"
-    "$PY" -m pip download -q --no-binary :all: --no-deps --no-build-isolation \
-      -d "$HOROVOD_SRC/download" "horovod==$HOROVOD_VERSION"
-    mv "$HOROVOD_SRC/download/horovod-$HOROVOD_VERSION.tar.gz" "$sdist"
-  fi
+  tarball=$(sdist)
   tree=$HOROVOD_SRC/horovod-$HOROVOD_VERSION
   rm -rf "$tree"
-  tar -xzf "$sdist" -C "$HOROVOD_SRC"
+  tar -xzf "$tarball" -C "$HOROVOD_SRC"
   patch -p1 -s -d "$tree" < "$HOROVOD_PATCH"
   # Build against the TensorFlow just installed: no build isolation, and no
   # cached wheel that may have been compiled against another TensorFlow.
@@ -144,7 +152,7 @@ if ! check_build >/dev/null 2>&1; then
   installed=$("$PY" -c 'import horovod, os; print(os.path.dirname(horovod.__file__))')
   patch_marker > "$installed/$PATCH_MARKER"
 fi
-runner_patch
+runner_patches_in || runner_patch
 check_build
 # The package's files parse and hold the statistics the input normalises with (tests do not read
 # outside the repository, so this is checked here, once per machine).
