@@ -14,6 +14,7 @@ fewer nodes). The step is a fake that records what it is given (the multi-proces
 real); the rest is the run's own: shape.Run, the loop, the course, the input and the saver.
 """
 import dataclasses
+import functools
 import itertools
 import types
 from collections import Counter
@@ -263,8 +264,10 @@ def run_pair(tmp, first: str, second: str):
   return record, [finals[r] for r in sorted(finals)], saver.restored_position(finals[0].step)
 
 
+@functools.cache
 def training_split(data_dir) -> Counter:
-  """Every training example's pixels as the pipeline gives them, as a multiset (one rank, batch 1)."""
+  """Every training example's pixels as the pipeline gives them, as a multiset (one rank, batch 1);
+  read once per data set (1.6-2.6 s each, and every pair reads the same one)."""
   one = dataclasses.replace(config_for({"data": data_dir, "run": ""}, 1).data, batch_size=1, global_batch=1)
   return Counter(image.tobytes() for images, _ in pipeline.build(one, world_of(1, 0), 1).train_epoch(0)
                  for image in images.numpy())

@@ -17,7 +17,7 @@ Usage: checks.py [--ranks_per_node=N] CHECK [ARG ...] [CHECK [ARG ...] ...]
   horovodrun -np 4 python tests/multiprocess/scripts/checks.py --ranks_per_node=2 \\
       accumulation --data_dir=DIGITS --batch_size=8 --out=ranks.npz comm resnet20
   horovodrun -np 2 --gloo python tests/multiprocess/scripts/checks.py \\
-      data exchange evaluation overflow reducescatter 60 comm resnet50,alexnet
+      data exchange evaluation overflow reducescatter 30 comm resnet50,alexnet
   python tests/multiprocess/scripts/checks.py accumulation --data_dir=DIGITS --batch_size=8 \\
       --accumulation_steps=4 --out=one.npz
 
