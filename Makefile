@@ -94,7 +94,7 @@ bench-comm: ops  ## allreduce algorithms (horovod, flat, hier, hybrid, mpi4py fl
 	$(PY) -m bench.allreduce $(ARGS)
 
 .PHONY: bench-overhead
-bench-overhead: ops  ## where train.py's wall time goes outside its steps: make train, Fashion-MNIST ResNet-8 4 epochs, ResNet-50 synthetic, 3 launches each; writes results/overhead.{json,md,png} (ARGS="--quick --launches=1 --out_dir=/tmp/o": a smoke run)
+bench-overhead: ops  ## where train.py's wall time goes outside its steps: make train, Fashion-MNIST ResNet-8 4 epochs (on this host, and on 2 and 4 emulated hosts unshaped and at 20 Mbit/s), ResNet-50 synthetic, 3 launches each; writes results/overhead.{json,md,png} (ARGS="--quick --launches=1 --out_dir=/tmp/o": a smoke run)
 	$(PY) -m bench.overhead $(ARGS)
 
 .PHONY: bench-scaling

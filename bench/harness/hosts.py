@@ -76,6 +76,11 @@ class Hosts:
             "--max-np", str(max_np), "--host-discovery-script", DISCOVER, "--network-interface", f"{self.name}0",
             "--blacklist-cooldown-range", *map(str, BLACKLIST_COOLDOWN_S), *more]
 
+  def static_launcher(self) -> list[str]:
+    """horovodrun over Gloo on the head host, one rank on each of the hosts (no elastic driver)."""
+    return ["bash", CLUSTER_SH, "run", "horovodrun", "--gloo", "-np", str(len(self.names)),
+            "-H", ",".join(f"{h}:1" for h in self.names), "--network-interface", f"{self.name}0"]
+
   def host_of_rank(self, job: "Job", rank: int) -> str:
     """The host whose namespace holds the job's rank `rank` of its first world (HOROVOD_RANK)."""
     for host in self.names:

@@ -8,25 +8,31 @@ def _range(m: list, fmt: str) -> str:
   return f"{m[0]:{fmt}} ({m[1]:{fmt}}-{m[2]:{fmt}})" if m[1] != m[2] else f"{m[0]:{fmt}}"
 
 
-def markdown(record: dict) -> str:
+def markdown(record: dict, every: tuple = ()) -> str:
+  """The report; `every`: all the program's configurations, those not in the record named as not run."""
   s = record["setup"]
   launches = s["launches"]
   if isinstance(launches, dict):  # configurations run at different counts
     launches = ", ".join(f"{name} {n}" for name, n in launches.items())
   lines = ["# Where the wall time goes outside the steps (`make bench-overhead`)", "",
            f"Commit {s['commit']}, {s['date']}, {s['cores']} cores ({s['cpu']}), launches of each configuration: "
-           f"{launches}, 2 ranks under horovodrun on one host{', --quick (shorter runs)' if s['quick'] else ''}. "
-           "Each figure is the median of the launches, with their range; the parts are training/ledger.py's "
-           "(docs/time.md). The epoch ends' share is their seconds (epoch input, evaluation, BatchNorm statistics, "
-           "checkpoint, commit) over the steps' seconds: per epoch, the same ratio.", "",
-           "| configuration | wall s | steps s | start-up s | productive share | after start-up | epoch ends / steps |",
-           "|---|---|---|---|---|---|---|"]
+           f"{launches}{', --quick (shorter runs)' if s['quick'] else ''}; 2 ranks under horovodrun on this host "
+           "unless the configuration names emulated hosts (one rank each, horovodrun over Gloo on a head host of "
+           "their own). Each figure is the median of the launches, with their range; the parts are "
+           "training/ledger.py's (docs/time.md). The epoch ends' share is their seconds (epoch input, evaluation, "
+           "BatchNorm statistics, checkpoint, commit) over the steps' seconds: per epoch, the same ratio. The "
+           "evaluations' gap: the largest time between two consecutive evaluations (here one at each epoch's end) "
+           "over the run's median gap; a stall at an epoch's end shows there.", "",
+           "| configuration | wall s | steps s | start-up s | productive share | after start-up | epoch ends / steps "
+           "| largest gap / median |",
+           "|---|---|---|---|---|---|---|---|"]
   for name, c in record["configs"].items():
     m = c["median"]
+    gap = _range(m["eval_gap_ratio"], ".2f") if "eval_gap_ratio" in m else "-"
     lines.append(f"| {name}: {c['what']} | {_range(m['wall_seconds'], '.1f')} | {_range(m['step_seconds'], '.1f')} | "
                  f"{_range(m['startup_seconds'], '.1f')} | {_range(m['productive_share'], '.2f')} | "
                  f"{_range(m['productive_share_after_startup'], '.2f')} | "
-                 f"{_range(m['epoch_end_share_of_steps'], '.1%')} |")
+                 f"{_range(m['epoch_end_share_of_steps'], '.1%')} | {gap} |")
   lines += ["", "## Targets", ""]
   for name, c in record["configs"].items():
     for target, (met, value) in c["verdicts"].items():
@@ -38,7 +44,11 @@ def markdown(record: dict) -> str:
   for name, c in record["configs"].items():
     parts = [sorted(launch["groups"].get(g, 0.0) for launch in c["launches"]) for g in SHOWN]
     lines.append(f"| {name} | " + " | ".join(f"{p[len(p) // 2]:.2f}" for p in parts) + " |")
-  lines += ["", "Not in it: the emulated hosts' runs (2 and 4 hosts, unshaped and 20 Mbit/s).", ""]
+  missing = [n for n in every if n not in record["configs"]]
+  if missing:
+    lines += ["", f"Not in it: {', '.join(missing)} (not run at this commit).", ""]
+  else:
+    lines.append("")
   return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import time
 
-from bench.harness.hosts import CLUSTER_SH, Hosts, regrown, stalled_after_horovod_died, world_sizes
+from bench.harness.hosts import Hosts, regrown, stalled_after_horovod_died, world_sizes
 from bench.harness.launches import Job
 from bench.harness.train_runs import read_events, record, reused, shown
 
@@ -44,12 +44,6 @@ def link_counters(hosts: Hosts) -> dict[str, list[int]]:
     stats = json.loads(text)[0]["stats64"]
     out[host] = [int(stats["tx"]["bytes"]), int(stats["rx"]["bytes"])]
   return out
-
-
-def static_launcher(hosts: Hosts) -> list[str]:
-  """horovodrun over Gloo on the head host, one rank on each of the hosts (no elastic driver)."""
-  return ["bash", CLUSTER_SH, "run", "horovodrun", "--gloo", "-np", str(len(hosts.names)),
-          "-H", ",".join(f"{h}:1" for h in hosts.names), "--network-interface", IFACE]
 
 
 def _curve(points, start: float) -> list[list[float]]:
@@ -106,7 +100,7 @@ def run_fixed(key: dict, flags: list[str], model_dir: str, hosts: Hosts, reuse: 
   os.makedirs(model_dir)
   before = link_counters(hosts)
   start = time.time()
-  with Job(model_dir, *flags, launcher=static_launcher(hosts), extra_env=hosts.env) as job:
+  with Job(model_dir, *flags, launcher=hosts.static_launcher(), extra_env=hosts.env) as job:
     _, left = job.wait_gone(timeout)
     after = link_counters(hosts)
     return _record({**key, "flags": flags}, model_dir, job, start, before, after,
