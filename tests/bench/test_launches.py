@@ -91,6 +91,21 @@ def test_a_line_written_just_before_the_job_ends_is_seen(tmp_path):
     assert job.wait_until(seen, "the awaited line", timeout=60) < 60
 
 
+def test_reading_the_log_while_the_job_writes_it_loses_no_line(tmp_path):
+  # Each read seeks the log to 0; the job's processes share that open file, so without O_APPEND a
+  # line written between the seek and the read went to offset 0, over the first lines.
+  program = [sys.executable, "-c", "import sys\nfor i in range(20000):\n  print(f'line {i:05d} ' + 'x' * 100, "
+             "file=sys.stderr, flush=True)"]
+  with Job(str(tmp_path), launcher=["env"], program=program) as job:
+    reads = 0
+    while job.proc.poll() is None or reads == 0:
+      job.stderr()
+      reads += 1
+    job.proc.wait(timeout=60)
+    lines = job.stderr().splitlines()
+  assert lines == [f"line {i:05d} " + "x" * 100 for i in range(20000)], (reads, lines[:1], len(lines))
+
+
 def test_a_process_that_outlives_its_parent_is_tracked_and_ended_by_pid(tmp_path):
   # The launcher's child starts a grandchild and exits: the grandchild, now an orphan, is still the
   # job's (found while its parent ran), and kill() ends it.
