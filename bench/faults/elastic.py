@@ -89,7 +89,8 @@ def lose_and_join(hosts: Hosts, workdir: str, fault: str, launches: int = LAUNCH
     broken = launch_kept(r) if r["outcome"] == "finished" else []
     said = (f"training again {r['seconds_to_training']} s after the loss, {r['steps_lost']} steps lost, joined "
             f"{r['seconds_to_join']} s after the host came back, worlds {r['worlds']}, status {r['status']}: "
-            f"{'BROKEN: ' + ', '.join(broken) if broken else 'kept'}" if r["outcome"] == "finished" else r["line"])
+            f"{'BROKEN: ' + ', '.join(broken) if broken else 'kept'}" if r["outcome"] == "finished"
+            else f"{r['line']} (its output: {r['log']})")
     emit(f"faults: {fault}: launch {i + 1}/{launches}: {r['outcome']}: {said}, exit {r['exit_status']}, "
          f"{r['processes_left']} left; {sum(x['outcome'] == 'hang' for x in runs)} hangs so far")
   return aggregate(fault, runs)
@@ -137,7 +138,8 @@ def launch_once(hosts: Hosts, model_dir: str, fault: str) -> dict:
         ended = job.proc.poll() is not None
         left = job.alive()
         outcome = "hang" if hang(job.stderr(), ended, len(left)) else "failed"
-        return {"outcome": outcome, "at": at, "killed": len(killed or []), "exit_status": job.proc.returncode,
+        return {"outcome": outcome, "log": keep_log(job, os.path.basename(model_dir)), "at": at,
+                "killed": len(killed or []), "exit_status": job.proc.returncode,
                 "processes_left": len(left), "line": str(e).splitlines()[0] if str(e) else type(e).__name__,
                 "user_lines": job.user_lines()[-2:], "world_lines": world_lines(job.stderr()),
                 "tail": [t for t in job.stderr().splitlines() if t.strip()][-3:]}  # a traceback's last line
@@ -154,6 +156,17 @@ def launch_once(hosts: Hosts, model_dir: str, fault: str) -> dict:
           "replicas_identical": summary["replicas_identical"], "epochs": summary["epochs"],
           "status": summary["status"], "compression": (summary.get("compression") or {}).get("kind"),
           "base_batch": (summary.get("adascale") or {}).get("base_batch")}
+
+
+def keep_log(job: Job, name: str, root: str = REPO) -> str:
+  """A failed launch's whole output, kept as runs/faults/NAME.log under root, the repository (not
+  committed): the row records only its last lines, and its model_dir is removed. Returns the path
+  relative to root."""
+  path = os.path.join("runs", "faults", f"{name}.log")
+  os.makedirs(os.path.join(root, "runs", "faults"), exist_ok=True)
+  with open(os.path.join(root, path), "w") as fh:
+    fh.write(f"$ {' '.join(job.cmd)}\nexit {job.proc.returncode}\n--- stdout\n{job.stdout()}\n--- stderr\n{job.stderr()}")
+  return path
 
 
 def launch_kept(r: dict) -> list[str]:
@@ -186,7 +199,7 @@ def aggregate(fault: str, runs: list[dict]) -> dict:
          "exit_status": collections.Counter(r["exit_status"] for r in runs).most_common(1)[0][0] if runs else None,
          "processes_left": max((r["processes_left"] for r in runs), default=0),
          "failures": [{"launch": i + 1, **{k: r.get(k) for k in ("outcome", "line", "user_lines", "world_lines",
-                                                                 "tail")}} for i, r in enumerate(runs)
+                                                                 "tail", "log")}} for i, r in enumerate(runs)
                       if r["outcome"] != "finished"],
          "per_launch": [{k: r.get(k) for k in ("outcome", "at", "seconds_to_training", "steps_lost",
                                                "seconds_to_join", "worlds", "exit_status")} for r in runs]}

@@ -1,7 +1,10 @@
 """bench/faults/elastic.py's counting of lost-host launches, elastic_join.py's verdict and report.py's
 table (pure: what launches returned in, the row and its table line out; the launches themselves are
 make faults')."""
+import sys
+
 from bench.faults import elastic as faults_elastic, elastic_join, report as faults_report
+from bench.harness.launches import Job
 
 DIED = ("[1]<stderr>:[2026-12-05 08:41:07.512: E horovod/common/operations.cc:697] [0]: Horovod background loop "
         "uncaught exception: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer\n")
@@ -89,3 +92,15 @@ def test_a_failed_launch_keeps_where_its_worlds_were():
   lines = faults_elastic.world_lines(text)
   assert [l.split(">:")[1][:14] for l in lines] == ["20:35:01 world", "20:35:40 the w", "20:35:50 world",
                                                      "20:35:50 batch", "epoch   1.10  "]
+
+
+def test_a_failed_launchs_whole_output_is_kept_beside_the_row(tmp_path):
+  # The row keeps a failed launch's last lines only, and its model_dir is removed after it.
+  program = [sys.executable, "-c", "import sys; print('to stdout'); print('world: 2 ranks', file=sys.stderr); "
+             "print('the end', file=sys.stderr); sys.exit(1)"]
+  with Job(str(tmp_path / "model"), launcher=["env"], program=program) as job:
+    job.wait_gone(60)
+    path = faults_elastic.keep_log(job, "elastic-x-5", root=str(tmp_path))
+  assert path == "runs/faults/elastic-x-5.log"
+  text = (tmp_path / path).read_text()
+  assert "exit 1\n--- stdout\nto stdout\n" in text and text.endswith("--- stderr\nworld: 2 ranks\nthe end\n")
