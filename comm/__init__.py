@@ -1,5 +1,20 @@
 """Everything between ranks: start-up, the gradient exchange, broadcast and agreement."""
+import os
+
 from comm.topology import World, from_horovod_values
+
+# Gloo's bound on its rendezvous and on each wait for a peer (HOROVOD_GLOO_TIMEOUT_SECONDS; Horovod's
+# default 30 s). Horovod 0.28.1 sets up Gloo's contexts outside the try of its background thread
+# (horovod/common/operations.cc, BackgroundThreadLoop), so a rendezvous that times out is an uncaught
+# exception there: the process aborts (exit 134). Under --elastic a survivor enters the new world's
+# rendezvous as soon as a host is listed again, while the joining process is still importing
+# TensorFlow. Reproduced (horovodrun --gloo elastic, a joiner that slept 45 s before hvd.init): the
+# survivor aborted with "http_store.cc:54 Wait timeout after 30 seconds", and with 120 s the world of
+# two formed. The same exit 134 of the survivor at a host's return, with the 2 cores busy, ended 2 of
+# 60 lost-host launches of make faults (its message not kept then) and test_elastic once. 120 s covers
+# the 63 s joins seen under that load and keeps a hung peer's detection under --stall_timeout's 300 s.
+# A value the user set is kept.
+GLOO_TIMEOUT_S = 120
 
 
 def init(hvd, ranks_per_node: int = 0) -> World:
@@ -10,6 +25,7 @@ def init(hvd, ranks_per_node: int = 0) -> World:
   hvd.init reveals; Open MPI cannot be initialised twice, so init-shutdown-init
   is not an option. Raises ConfigError on every rank for an impossible topology.
   """
+  os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(GLOO_TIMEOUT_S))  # read at each init, elastic's too
   hvd.init(process_sets="dynamic")
   # Horovod's own figures only: no TensorFlow op here, so train.py can still
   # set TensorFlow's thread pools after this call.
