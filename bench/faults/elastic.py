@@ -165,7 +165,8 @@ def keep_log(job: Job, name: str, root: str = REPO) -> str:
   path = os.path.join("runs", "faults", f"{name}.log")
   os.makedirs(os.path.join(root, "runs", "faults"), exist_ok=True)
   with open(os.path.join(root, path), "w") as fh:
-    fh.write(f"$ {' '.join(job.cmd)}\nexit {job.proc.returncode}\n--- stdout\n{job.stdout()}\n--- stderr\n{job.stderr()}")
+    fh.write(f"$ {' '.join(job.cmd)}\nexit {job.proc.returncode}\n"
+             f"--- stdout\n{job.stdout()}\n--- stderr\n{job.stderr()}")
   return path
 
 
