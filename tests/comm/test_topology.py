@@ -96,10 +96,9 @@ def test_gloo_waits_120_s_for_a_peer_unless_the_user_said(monkeypatch, set_by_us
   # Horovod's 30 s: a survivor re-forming the world with a host whose process was still starting up
   # aborted (uncaught gloo::IoException from the HTTP store's wait, exit 134); reproduced with a joiner
   # that slept 45 s before hvd.init, and gone with 120 s (docs/faults.md).
+  monkeypatch.setenv("HOROVOD_GLOO_TIMEOUT_SECONDS", set_by_user or "")  # restored after, whatever comm.init sets
   if set_by_user is None:
-    monkeypatch.delenv("HOROVOD_GLOO_TIMEOUT_SECONDS", raising=False)
-  else:
-    monkeypatch.setenv("HOROVOD_GLOO_TIMEOUT_SECONDS", set_by_user)
+    monkeypatch.delenv("HOROVOD_GLOO_TIMEOUT_SECONDS")
   hvd = OneHost(2, 0)
   comm.init(hvd)
   assert hvd.gloo_timeout == want
