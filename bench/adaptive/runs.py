@@ -69,9 +69,7 @@ def elastic_run(name: str, flags: list[str], model_dir: str, hosts: Hosts) -> di
       job.wait_until(lambda err: regrown(err, 2) is not None, "a world of two ranks again", 600)
       _, left = job.wait_gone(3600)
     finally:
-      for stream, text in (("stdout", job.stdout()), ("stderr", job.stderr())):
-        with open(os.path.join(model_dir, f"{stream}.log"), "w") as fh:
-          fh.write(text)
+      job.save_logs(model_dir)
     if left or job.proc.returncode != 0:
       raise RuntimeError(f"{name}: exited {job.proc.returncode}, left {sorted(left)}:\n{job.tail()}")
   return record_run(name, flags, model_dir, time.time() - start, [shown(job.cmd)])

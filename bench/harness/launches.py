@@ -139,6 +139,12 @@ class Job:
     self._out.seek(0)
     return self._out.read()
 
+  def save_logs(self, directory: str) -> None:
+    """The launch's output so far as directory/stdout.log and stderr.log (a study keeps them with its run)."""
+    for stream, text in (("stdout", self.stdout()), ("stderr", self.stderr())):
+      with open(os.path.join(directory, f"{stream}.log"), "w") as fh:
+        fh.write(text)
+
   def step(self) -> int:
     """The newest step rank 0 reported (0 before the first progress line)."""
     return last_step(self.stderr())

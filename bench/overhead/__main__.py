@@ -69,9 +69,7 @@ def launch_on(hosts: Hosts, flags: list[str], model_dir: str, timeout: float) ->
   start = time.time()
   with Job(model_dir, *flags, launcher=hosts.static_launcher(), extra_env=hosts.env) as job:
     _, left = job.wait_gone(timeout)
-    for stream, text in (("stdout", job.stdout()), ("stderr", job.stderr())):
-      with open(os.path.join(model_dir, f"{stream}.log"), "w") as fh:
-        fh.write(text)
+    job.save_logs(model_dir)
     if left or job.proc.returncode != 0:
       raise RuntimeError(f"{' '.join(job.cmd)} exited {job.proc.returncode} ({len(left)} processes left "
                          f"after {timeout:.0f} s):\n{job.tail()}")

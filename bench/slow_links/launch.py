@@ -54,10 +54,8 @@ def _curve(points, start: float) -> list[list[float]]:
 
 def _record(key: dict, model_dir: str, job: Job, start: float, before: dict, after: dict, extra: dict) -> dict:
   """The run's record from its summary.json, log and counters; a failed run's with its log's tail."""
+  job.save_logs(model_dir)
   err = job.stderr()
-  for stream, text in (("stdout", job.stdout()), ("stderr", err)):
-    with open(os.path.join(model_dir, f"{stream}.log"), "w") as fh:
-      fh.write(text)
   path = os.path.join(model_dir, "summary.json")
   summary = {}
   if os.path.exists(path):

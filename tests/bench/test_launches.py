@@ -138,3 +138,11 @@ def test_a_failed_jobs_tail_leads_with_the_lines_that_say_why(tmp_path):
   assert tail.startswith("lines saying why (of 3):\nterminate called after throwing gloo::IoException\n"
                          "Fatal Python error: Aborted\nstdout:"), tail[:300]
   assert tail.endswith("m, m, \n") and len(tail) < 7000
+
+
+def test_a_launchs_logs_are_saved_beside_its_run(tmp_path):
+  program = [sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"]
+  with Job(str(tmp_path), launcher=["env"], program=program) as job:
+    job.wait_gone(60)
+    job.save_logs(str(tmp_path))
+  assert (tmp_path / "stdout.log").read_text() == "out\n" and (tmp_path / "stderr.log").read_text() == "err\n"
