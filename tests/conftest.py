@@ -33,14 +33,16 @@ NO_GRACE = {"OMPI_MCA_odls_base_sigkill_timeout": "1"}
 # the end: in a suite of 39 minutes on a loaded machine, tests/multiprocess/test_elastic.py ran alone
 # for its last 7. Two launches at once slow each other (af07344 measured it), so a worker takes a
 # launch file only while no other runs one, longest first, and takes the in-process files, longest
-# first, meanwhile; once those are gone every worker takes launches. Seconds each file took in that suite
-# (loaded, rounded): an order, not a bound. A file not listed counts 0 and keeps xdist's order.
+# first, meanwhile; once those are gone every worker takes launches, and the last launch file to start
+# ends the suite: longest first puts the short ones there. Seconds each file took in an idle make test
+# at b8c2152 (13:21; its slowest tests summed, rounded): an order, not a bound. A file not listed counts 0
+# and keeps xdist's order.
 LAUNCH_S = {
-    "tests/multiprocess/test_train.py": 700,
-    "tests/multiprocess/test_faults.py": 500,
-    "tests/multiprocess/test_slurm.py": 460,
-    "tests/multiprocess/test_elastic.py": 415,
-    "tests/multiprocess/test_checks.py": 395,
+    "tests/multiprocess/test_slurm.py": 400,
+    "tests/multiprocess/test_checks.py": 360,
+    "tests/multiprocess/test_elastic.py": 335,
+    "tests/multiprocess/test_train.py": 230,
+    "tests/multiprocess/test_faults.py": 210,
     "tests/scripts/test_cluster.py": 60,
 }
 IN_PROCESS_S = {

@@ -16,15 +16,18 @@ import pytest
 
 from bench.harness.hosts import Hosts, regrown, stalled_after_horovod_died, world_sizes
 from bench.harness.launches import Job, newest_checkpoint
+from conftest import MODEL
 
 pytestmark = pytest.mark.multiprocess
 
 COMMIT_EVERY = 5
 LOSE_AT = 15
-# ResNet-20, not the suite's smallest model: the one-rank stretch must outlast the returning
-# host's start-up (Python, TensorFlow, the model: ~15 s here) for it to join before the end.
-ARGS = ("--model=resnet20", "--elastic", f"--elastic_commit_every={COMMIT_EVERY}", "--log_every=1",
+ARGS = ("--elastic", f"--elastic_commit_every={COMMIT_EVERY}", "--log_every=1",
         "--noexport", "--epochs=4", "--seed=3")
+# ResNet-20, not the suite's smallest model, where a host returns: the one-rank stretch must outlast
+# the returning host's start-up (Python, TensorFlow, the model: ~15 s here) for it to join before the end.
+RETURNING = "--model=resnet20"
+SMALLEST = f"--model={MODEL}"
 BOUND_S = 600  # a bound, not a timing
 
 
@@ -75,7 +78,7 @@ def run(hosts, model_dir, *args, lose=False):
 # each world starts at the K nearest the global batch trained last, so the world of one rank keeps
 # the global batch 64 by accumulating 2 micro-batches, and its choices are every rank's.
 def test_a_lost_host_costs_at_most_a_commit_and_a_returning_host_joins(tmp_path, hosts):
-  summary, log = run(hosts, str(tmp_path / "faulty"), "--allreduce=hybrid", "--lr_scaling=adascale",
+  summary, log = run(hosts, str(tmp_path / "faulty"), RETURNING, "--allreduce=hybrid", "--lr_scaling=adascale",
                      "--batch_policy=adaptive", lose=True)
   # [2, 1, 2], or [2, 1, 1, 2] where the host's removal reached the survivor after its reset (regrown's note)
   worlds = summary["elastic"]["worlds"]
@@ -103,7 +106,9 @@ def test_too_few_hosts_end_the_job_and_the_commit_is_a_checkpoint_to_resume_from
   model_dir = str(tmp_path / "run")
   hosts.publish(*hosts.names)
   launcher = hosts.launcher(2, 2, 2, "--elastic-timeout", "10")
-  with Job(model_dir, *ARGS, "--max_steps=200", "--checkpoint_every=10", launcher=launcher, extra_env=hosts.env) as job:
+  # ResNet-8's 4 epochs are 92 steps of ~30 ms: 20 epochs keep it training well past the loss.
+  with Job(model_dir, *ARGS, SMALLEST, "--epochs=20", "--max_steps=200", "--checkpoint_every=10", launcher=launcher,
+           extra_env=hosts.env) as job:
     job.wait_for_step(LOSE_AT, timeout=BOUND_S)
     chief = hosts.host_of_rank(job, 0)  # rank 0 checkpoints the commit; the other host is lost (never horovodrun's)
     assert hosts.lose(job, next(h for h in hosts.names if h != chief)), job.tail()
@@ -115,7 +120,8 @@ def test_too_few_hosts_end_the_job_and_the_commit_is_a_checkpoint_to_resume_from
   step = newest_checkpoint(model_dir)
   assert found and int(found.group(1)) == int(found.group(2)) == step and step % COMMIT_EVERY == 0, job.tail()
   hosts.publish(*hosts.names)  # the host is back: the same command resumes from the commit
-  with Job(model_dir, *ARGS, f"--max_steps={step + 2}", launcher=hosts.launcher(2, 2, 2), extra_env=hosts.env) as job:
+  with Job(model_dir, *ARGS, SMALLEST, "--epochs=20", f"--max_steps={step + 2}", launcher=hosts.launcher(2, 2, 2),
+           extra_env=hosts.env) as job:
     _, left = job.wait_gone(BOUND_S)
     assert not left and job.proc.returncode == 0, job.tail()
     assert re.search(rf"resumed from \S*ckpt-{step} at step {step}\b", job.stderr()), job.tail()

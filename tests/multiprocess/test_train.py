@@ -71,18 +71,19 @@ def test_a_short_run_lowers_the_loss_and_every_rank_stops_at_the_same_evaluation
   assert noise["at_target"]["step"] == step and re.search(r"B_simple +\d+", proc.stderr), noise
 
 
-def test_a_checkpoint_evaluated_on_1_and_4_ranks_gives_what_the_run_printed_at_its_step(target_run):
+def test_a_checkpoint_evaluated_on_1_and_3_ranks_gives_what_the_run_printed_at_its_step(target_run):
   # One model (BatchNorm's statistics averaged before each save and evaluation): the run's last
   # evaluation, the one that reached the target, is its checkpoint's on any number of ranks. With each
   # rank's own statistics the ranks held different models, and a 2-rank run's figure was a blend.
   # Fewer and more ranks than the run's 2, whose own evaluation on 2 ranks is the figure printed: an
   # --eval_only launch on 2 as well cost make test a launch (2 ranks' start-up and evaluation) and
-  # showed nothing 1 and 4 do not (both must give the printed line exactly).
+  # showed nothing 1 and 3 do not (both must give the printed line exactly); 3, not 4: a rank's
+  # start-up less, and 300 held-out images still dealt to more ranks than the run had.
   proc, model_dir = target_run
   step = summary_of(proc)["target_step"]
   printed = re.findall(r"(epoch +[\d.]+  eval top1 [\d.]+  top5 [\d.]+  loss [\d.]+)", proc.stderr)[-1]
-  for ranks in (1, 4):
-    # 600 s, a bound: with both cores busy (load 17) the 4 ranks' imports alone took 177 s, and the
+  for ranks in (1, 3):
+    # 600 s, a bound: with both cores busy (load 17) 4 ranks' imports alone took 177 s, and the
     # launch ran past the 300 s this had.
     evaluated = horovodrun(ranks, *train_args(model_dir, "--epochs=4", "--batch_size=32", "--eval_only"), check=True,
                            timeout=600)
