@@ -12,5 +12,20 @@
 The tests of tests/multiprocess/ launch through the same Job, Hosts and Slurm.
 """
 import os
+import signal
+import sys
+import threading
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def stop_on_sigterm() -> None:
+  """SIGTERM ends this program as Ctrl-C does, through its `finally` blocks, where it had none:
+  `kill` of make faults without it left the emulated cluster's network namespaces up (its default
+  action ends the process at once). Called where a program brings up something to take down."""
+  if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _exit_143)
+
+
+def _exit_143(signum, frame):
+  sys.exit(128 + signum)

@@ -9,7 +9,7 @@ import subprocess
 
 import psutil
 
-from bench.harness import REPO
+from bench.harness import REPO, stop_on_sigterm
 from bench.harness.launches import Job
 from bench.harness.slurm_jobs import env
 
@@ -40,7 +40,9 @@ class Hosts:
     self.env = dict(env(), CLUSTER=name, CLUSTER_SUBNET=subnet, ELASTIC_HOSTS=hosts_file)
 
   def up(self) -> str | None:
-    """None once the hosts (and the head) are up, else why not (nothing is left up then)."""
+    """None once the hosts (and the head) are up, else why not (nothing is left up then). A SIGTERM
+    from here on ends the program through the caller's down()."""
+    stop_on_sigterm()
     done = subprocess.run(["bash", CLUSTER_SH, "up", str(len(self.names) + 1), self.rate], env=self.env,
                           capture_output=True, text=True, timeout=120)
     if done.returncode:

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from bench.harness import REPO
+from bench.harness import REPO, stop_on_sigterm
 
 LOCAL_SLURM = os.path.join(REPO, "scripts", "slurm", "local-slurm.sh")
 CLUSTER_SH = os.path.join(REPO, "scripts", "cluster", "cluster.sh")
@@ -156,7 +156,9 @@ class Cluster:
     self.daemons: set[int] = set()
 
   def start(self) -> str | None:
-    """Bring the cluster and its Slurm up; None once every node is idle, else why not (then all is down)."""
+    """Bring the cluster and its Slurm up; None once every node is idle, else why not (then all is down).
+    A SIGTERM from here on ends the program through the caller's stop()."""
+    stop_on_sigterm()
     probe = subprocess.run(["ip", "netns", "add", f"{self.name}-probe"], capture_output=True, text=True)
     if probe.returncode:
       return f"the kernel refuses network namespaces: {probe.stderr.strip()}"

@@ -2,6 +2,7 @@
 tests/multiprocess), and train_runs.shown's command as the results keep it."""
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -146,3 +147,29 @@ def test_a_launchs_logs_are_saved_beside_its_run(tmp_path):
     job.wait_gone(60)
     job.save_logs(str(tmp_path))
   assert (tmp_path / "stdout.log").read_text() == "out\n" and (tmp_path / "stderr.log").read_text() == "err\n"
+
+
+# A program that brought something up, as make faults brings up its hosts: SIGTERM runs its finally.
+AFTER_UP = """
+import sys, time
+from bench.harness import stop_on_sigterm
+stop_on_sigterm()
+try:
+  print("up", flush=True)
+  time.sleep(60)
+finally:
+  open(sys.argv[1], "w").write("down")
+"""
+
+
+def test_sigterm_takes_down_what_a_program_brought_up(tmp_path):
+  marker = tmp_path / "down"
+  child = subprocess.Popen([sys.executable, "-c", AFTER_UP, str(marker)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+  try:
+    assert child.stdout.readline() == "up\n"
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=30) == 128 + signal.SIGTERM
+  finally:
+    child.kill()
+    child.wait(timeout=30)
+  assert marker.read_text() == "down"
