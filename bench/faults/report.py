@@ -53,10 +53,13 @@ def table(rows: list[dict]) -> str:
 
 def measured_at(repo: str) -> dict:
   """The commit the rows are measured at (git rev-parse HEAD) and whether the tree differed from it:
-  the tracked files changed (others work in this checkout too, so which ones is said)."""
+  the tracked files changed (others work in this checkout too, so which ones is said), results/ aside:
+  what this program and the others write there is no part of what runs (one --only run after another
+  read as dirty for the first's results alone)."""
   def git(*args):
     return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True).stdout
-  changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines() if line]
+  changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()
+             if line and not line[3:].startswith("results/")]
   return {"sha": git("rev-parse", "HEAD").strip() or None, "dirty": bool(changed), "changed": changed}
 
 

@@ -3,6 +3,7 @@ row's measurements merged (run.py), the progress lines a restart's row reads (re
 row's verdict from what it measured (verdicts.py, long_eval.py, export.py, restarts.py): kept on a
 fixture row, not kept when one promise breaks."""
 import json
+import subprocess
 
 from bench.faults import __main__ as faults, elastic as faults_elastic, export, long_eval, report as faults_report
 from bench.faults import restarts as faults_restarts, run as faults_run, verdicts as faults_verdicts
@@ -213,3 +214,18 @@ def test_the_rows_name_their_temporary_directory_workdir_not_the_machines():
   assert out["measured"] == ["restart's line: resumed from $WORKDIR/a/ckpt-46"]
   assert out["per_launch"] == [{"dir": ["$WORKDIR/b"]}] and out["exit_status"] == ROW["exit_status"]
 
+
+
+def test_the_commit_is_dirty_for_changed_code_not_for_written_results(tmp_path):
+  def git(*args):
+    subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+  git("init", "-q")
+  (tmp_path / "results").mkdir()
+  (tmp_path / "results" / "faults.md").write_text("before\n")
+  (tmp_path / "train.py").write_text("print()\n")
+  git("add", ".")
+  git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "x")
+  (tmp_path / "results" / "faults.md").write_text("after a row\n")  # an --only run before this one
+  assert faults_report.measured_at(str(tmp_path))["dirty"] is False
+  (tmp_path / "train.py").write_text("print(1)\n")
+  assert faults_report.measured_at(str(tmp_path))["changed"] == ["train.py"]
