@@ -95,7 +95,9 @@ def unavailable() -> str | None:
 
 def start(directory: str, environ: dict, hosts: int | None = None) -> str | None:
   """Slurm with its files under DIRECTORY: on this machine (hosts None) or over HOSTS hosts of the
-  emulated cluster environ names. None once its nodes are idle, else why it did not start."""
+  emulated cluster environ names. None once its nodes are idle, else why it did not start. A SIGTERM
+  from here on ends the program through the caller's stop()."""
+  stop_on_sigterm()
   cmd = ["start", directory] if hosts is None else ["start-cluster", directory, str(hosts)]
   done = subprocess.run(["bash", LOCAL_SLURM, *cmd], env=environ, capture_output=True, text=True, timeout=180)
   return f"Slurm did not start: {done.stderr.strip()[-800:]}" if done.returncode else None
