@@ -134,6 +134,7 @@ def main(argv=None):
   start = time.time()
   rows = []
   commit = measured_at(REPO)  # git rev-parse HEAD, and whether the tree was dirty
+  os.makedirs(args.out_dir, exist_ok=True)
   report = os.path.join(args.out_dir, "faults.json")
   if not args.only and os.path.exists(report):
     os.remove(report)  # a full run starts the report afresh

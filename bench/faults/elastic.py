@@ -88,7 +88,8 @@ def lose_and_join(hosts: Hosts, workdir: str, fault: str, launches: int = LAUNCH
     r = runs[-1]
     broken = launch_kept(r) if r["outcome"] == "finished" else []
     said = (f"training again {r['seconds_to_training']} s after the loss, {r['steps_lost']} steps lost, joined "
-            f"{r['seconds_to_join']} s after the host came back, worlds {r['worlds']}, status {r['status']}: "
+            f"{r['seconds_to_join']} s after the host came back (the survivor's world changes "
+            f"{r['world_change_s']} s, re-init {r['reinit_s']} s), worlds {r['worlds']}, status {r['status']}: "
             f"{'BROKEN: ' + ', '.join(broken) if broken else 'kept'}" if r["outcome"] == "finished"
             else f"{r['line']} (its output: {r['log']})")
     emit(f"faults: {fault}: launch {i + 1}/{launches}: {r['outcome']}: {said}, exit {r['exit_status']}, "
@@ -155,7 +156,10 @@ def launch_once(hosts: Hosts, model_dir: str, fault: str) -> dict:
           "processes_left": len(left), "final_top1": summary["final_top1"],
           "replicas_identical": summary["replicas_identical"], "epochs": summary["epochs"],
           "status": summary["status"], "compression": (summary.get("compression") or {}).get("kind"),
-          "base_batch": (summary.get("adascale") or {}).get("base_batch")}
+          "base_batch": (summary.get("adascale") or {}).get("base_batch"),
+          # the survivor's own pause for both changes, from its time ledger (docs/time.md): what they cost training
+          "world_change_s": summary["time"]["groups"].get("world_change"),
+          "reinit_s": summary["time"]["parts"].get("world_change.reinit")}
 
 
 def keep_log(job: Job, name: str, root: str = REPO) -> str:
@@ -203,7 +207,8 @@ def aggregate(fault: str, runs: list[dict]) -> dict:
                                                                  "tail", "log")}} for i, r in enumerate(runs)
                       if r["outcome"] != "finished"],
          "per_launch": [{k: r.get(k) for k in ("outcome", "at", "seconds_to_training", "steps_lost",
-                                               "seconds_to_join", "worlds", "exit_status")} for r in runs]}
+                                               "seconds_to_join", "world_change_s", "reinit_s", "worlds",
+                                               "exit_status")} for r in runs]}
   broken = {i + 1: b for i, r in enumerate(runs) if r["outcome"] == "finished" and (b := launch_kept(r))}
   row.update(kept=len(finished) == len(runs) and not broken, measured=[
       f"{len(finished)} of {len(runs)} launches finished ({len(hangs)} hung, {len(failed)} failed otherwise)",
@@ -224,7 +229,8 @@ def aggregate(fault: str, runs: list[dict]) -> dict:
                         f"then the host listed again{flags}",
               killed=max(r["killed"] for r in finished), seconds_to_training=round(median("seconds_to_training"), 1),
               steps_lost=[round(statistics.median(lost), 1)] if lost else [], steps_lost_max=max(lost, default=None),
-              seconds_to_join=round(median("seconds_to_join"), 1), worlds=list(worlds.most_common(1)[0][0]),
+              seconds_to_join=round(median("seconds_to_join"), 1), world_change_s=round(median("world_change_s"), 1),
+              reinit_s=round(median("reinit_s"), 1), worlds=list(worlds.most_common(1)[0][0]),
               worlds_seen={" -> ".join(map(str, w)): n for w, n in worlds.most_common()},
               commit_every=COMMIT_EVERY, commit_ms=round(median("commit_ms"), 1), step_ms=round(median("step_ms"), 1),
               commit_per_step=median("commit_per_step"), final_top1=median("final_top1"),
