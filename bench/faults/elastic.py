@@ -222,6 +222,10 @@ def aggregate(fault: str, runs: list[dict]) -> dict:
   def median(key):
     return round(statistics.median(r[key] for r in finished), 4)
 
+  def median_known(key):  # the ledger's figures: None where a launch's summary lacked the part
+    known = [r[key] for r in finished if r.get(key) is not None]
+    return round(statistics.median(known), 1) if known else None
+
   worlds = collections.Counter(tuple(r["worlds"]) for r in finished)
   lost = [r["steps_lost"][0] for r in finished if r["steps_lost"]]
   flags = f" ({row['flags']})" if row["flags"] else ""
@@ -229,8 +233,8 @@ def aggregate(fault: str, runs: list[dict]) -> dict:
                         f"then the host listed again{flags}",
               killed=max(r["killed"] for r in finished), seconds_to_training=round(median("seconds_to_training"), 1),
               steps_lost=[round(statistics.median(lost), 1)] if lost else [], steps_lost_max=max(lost, default=None),
-              seconds_to_join=round(median("seconds_to_join"), 1), world_change_s=round(median("world_change_s"), 1),
-              reinit_s=round(median("reinit_s"), 1), worlds=list(worlds.most_common(1)[0][0]),
+              seconds_to_join=round(median("seconds_to_join"), 1), world_change_s=median_known("world_change_s"),
+              reinit_s=median_known("reinit_s"), worlds=list(worlds.most_common(1)[0][0]),
               worlds_seen={" -> ".join(map(str, w)): n for w, n in worlds.most_common()},
               commit_every=COMMIT_EVERY, commit_ms=round(median("commit_ms"), 1), step_ms=round(median("step_ms"), 1),
               commit_per_step=median("commit_per_step"), final_top1=median("final_top1"),
