@@ -15,6 +15,13 @@ from comm.topology import World, from_horovod_values
 # the 63 s joins seen under that load and keeps a hung peer's detection under --stall_timeout's 300 s.
 # A value the user set is kept.
 GLOO_TIMEOUT_S = 120
+# Open MPI's ranks poll without yielding unless it sees more ranks than slots, and Horovod's background
+# thread waits in MPI calls every cycle: where TensorFlow's threads already fill the cores (make train's 2
+# ranks on 2 cores), that spinning takes their time. make train, 3 pairs in turn (2026-12-08, dd87126):
+# 27.0 s wall median (26.0-31.5), 10.3-12.0 s of steps, without; 21.1 s (19.9-24.4), 8.3-10.2 s, yielding.
+# Not measured on dedicated cores (sched_yield with nothing else to run returns at once). Read by MPI_Init
+# from the environment; a launcher's --mca mpi_yield_when_idle 0 sets the same variable and is kept.
+MPI_YIELD = ("OMPI_MCA_mpi_yield_when_idle", "1")
 
 
 def init(hvd, ranks_per_node: int = 0) -> World:
@@ -26,6 +33,7 @@ def init(hvd, ranks_per_node: int = 0) -> World:
   is not an option. Raises ConfigError on every rank for an impossible topology.
   """
   os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(GLOO_TIMEOUT_S))  # read at each init, elastic's too
+  os.environ.setdefault(*MPI_YIELD)
   hvd.init(process_sets="dynamic")
   # Horovod's own figures only: no TensorFlow op here, so train.py can still
   # set TensorFlow's thread pools after this call.

@@ -59,6 +59,7 @@ class OneHost:
   def init(self, process_sets=None):
     self.init_args = process_sets
     self.gloo_timeout = os.environ.get("HOROVOD_GLOO_TIMEOUT_SECONDS")  # what Horovod's C++ reads at init
+    self.mpi_yield = os.environ.get("OMPI_MCA_mpi_yield_when_idle")  # what MPI_Init reads
 
   def size(self):
     return self._size
@@ -102,3 +103,15 @@ def test_gloo_waits_120_s_for_a_peer_unless_the_user_said(monkeypatch, set_by_us
   hvd = OneHost(2, 0)
   comm.init(hvd)
   assert hvd.gloo_timeout == want
+
+
+@pytest.mark.parametrize("set_by_launcher, want", [(None, "1"), ("0", "0"), ("1", "1")])
+def test_open_mpi_yields_when_idle_unless_the_launcher_said(monkeypatch, set_by_launcher, want):
+  # Open MPI spins without yielding when it sees no more ranks than slots; make train's 2 ranks on 2 cores
+  # lost steps' time to it (comm/__init__.py). mpirun's --mca mpi_yield_when_idle 0 arrives as the variable.
+  monkeypatch.setenv("OMPI_MCA_mpi_yield_when_idle", set_by_launcher or "")  # restored after
+  if set_by_launcher is None:
+    monkeypatch.delenv("OMPI_MCA_mpi_yield_when_idle")
+  hvd = OneHost(2, 0)
+  comm.init(hvd)
+  assert hvd.mpi_yield == want
