@@ -7,7 +7,8 @@ from flags.config import ConfigError, DatasetInfo, EvalConfig
 def define() -> None:
   absl_flags.DEFINE_integer(
       "eval_every", 0, "Also evaluate on the held-out split every N steps into each epoch (0: only "
-      "at the end of each epoch and of the run); with a target, each evaluation can end the run. Steps of "
+      "at the end of each epoch and of the run), but not within N/2 steps of an epoch end that evaluates; "
+      "with a target, each evaluation can end the run. Steps of "
       "the global batch the flags set: where the batch controller changes it (--batch_policy=adaptive), "
       "every N x that batch's images.")
   absl_flags.DEFINE_integer(

@@ -75,8 +75,8 @@ def limits(result: dict) -> list[str]:
       "is not a fast network, it is this machine's loopback-like veth under load.",
       "- **Evaluations are as far apart in images in every arm** (under the adaptive batch train.py's "
       "`--eval_every` counts the flags' batch's steps); train.py also evaluates at every epoch end, which the "
-      "spacing does not hit, so every arm evaluates twice near each epoch end, inside the clock (about one extra "
-      "evaluation an epoch in each arm alike).",
+      "spacing does not hit; an evaluation due within half an interval of it is left to it (from 2026-12-08; "
+      "before, every arm evaluated twice near each epoch end, inside the clock).",
       "- **--compression=auto probes the link at start-up** (allreduces of the model's gradient size, "
       "comm/probe.large_bytes), inside the clock, and again in each elastic world: a few seconds at 20 Mbit/s "
       "for ResNet-8's 0.3 MB.",

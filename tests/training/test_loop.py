@@ -139,6 +139,15 @@ def test_evaluations_count_steps_into_the_epoch_when_the_spacing_does_not_divide
   assert [e for e in events if e[0] == "save"] == [("save", s) for s in (4, 8, 10, 14, 18, 20)]
 
 
+def test_an_evaluation_due_within_half_an_interval_of_an_evaluated_epoch_end_is_left_to_it():
+  # 10 steps an epoch, every 3: the one due at 9 is 1 step before the end's (make slow-links evaluated
+  # 2 steps apart at every epoch end); where the epoch's end does not evaluate, it stays.
+  _, events = Run(spe=10, epochs=2, policy=Policy(eval_every=3)).run()
+  assert [e for e in events if e[0] == "eval"] == [("eval", s) for s in (3, 6, 10, 13, 16, 20)]
+  _, events = Run(spe=10, epochs=2, policy=Policy(eval_every=3, eval_every_epochs=2)).run()
+  assert [e for e in events if e[0] == "eval"] == [("eval", s) for s in (3, 6, 9, 13, 16, 20)]
+
+
 def test_an_evaluation_on_a_checkpoint_every_step_comes_after_its_save():
   # A SIGTERM during a mid-epoch evaluation (ImageNet's take minutes) must find its step saved.
   _, events = Run(spe=10, epochs=1, policy=Policy(eval_every=4, checkpoint_every=4)).run()
@@ -239,7 +248,7 @@ def test_fp16_overflows_skip_steps_until_the_limit(bad, want_status, want_events
     (Policy(), None, 0.1, steps(1, 2, 3, 4) + [("save", 4)]),                                    # an epoch end
     (Policy(checkpoint_every=2), None, 0.1, steps(1, 2) + [("save", 2)] + steps(3, 4) + [("save", 4)]),  # periodic
     (Policy(), 3, 0.1, steps(1, 2, 3) + [("save", 3)]),                                           # at a stop
-    (Policy(eval_every=3, target_top1=0.5), None, 0.9, steps(1, 2, 3) + [("save", 3)]),  # before an evaluation
+    (Policy(eval_every=2, target_top1=0.5), None, 0.9, steps(1, 2) + [("save", 2)]),  # before an evaluation
 ])
 def test_inf_or_nan_weights_found_at_a_save_end_the_run_as_a_divergence(policy, stop_at, top1, want_events):
   bad = {want_events[-1][1]}
@@ -249,7 +258,7 @@ def test_inf_or_nan_weights_found_at_a_save_end_the_run_as_a_divergence(policy, 
 
 
 def test_a_target_met_then_inf_weights_at_its_save_is_not_reported_as_reached():
-  run = Run(spe=4, epochs=3, policy=Policy(eval_every=3, target_top1=0.5), top1=lambda s: 0.9, bad_saves={3})
+  run = Run(spe=4, epochs=3, policy=Policy(eval_every=2, target_top1=0.5), top1=lambda s: 0.9, bad_saves={2})
   ending, _ = run.run()
   keys = report.summary(ending, SUMMARY_CONFIG, WORLD, "digits", plan=[], images_per_sec=None, identical=True,
                         wall_seconds=1.0, extra={})
@@ -299,9 +308,9 @@ def elastic_course(state, commit_every=3, epochs=2.0, max_steps=0):
 
 def test_the_statistics_are_averaged_once_before_each_step_is_saved_evaluated_or_committed():
   # One model (comm.sync.average_statistics) before whatever measures, saves or commits it: once a step.
-  _, events = Run(spe=4, epochs=1, policy=Policy(eval_every=3), averaging=True).run()
-  assert events == steps(1, 2, 3) + [("average", 3), ("save", 3), ("eval", 3), ("step", 4), ("average", 4), ("save", 4),
-                                     ("eval", 4)]
+  _, events = Run(spe=4, epochs=1, policy=Policy(eval_every=2), averaging=True).run()
+  assert events == steps(1, 2) + [("average", 2), ("save", 2), ("eval", 2)] + steps(3, 4) + [
+      ("average", 4), ("save", 4), ("eval", 4)]
   _, events = Run(data=Data(4, num_train=32), the_course=elastic_course(FakeState()), averaging=True).run()
   assert events[:9] == steps(1, 2, 3) + [("average", 3), ("commit", 3), ("step", 4), ("average", 4), ("save", 4),
                                          ("eval", 4)]
