@@ -51,8 +51,9 @@ SKETCH_EVERY = 4  # compressed steps: the mean gradient's norm is sketched every
 
 # The steps are traced without autograph: their control flow is written as tf.cond and tf.while_loop, so
 # autograph's rewriting of every Python function a step calls (source to AST and back, then traced) only
-# cost time: make train's first train step traced in 5.2-9.9 s with it and 1.8-2.7 s without (2 ranks on
-# 2 cores, 2026-12-07; its first run 2.2-2.9 s either way). A Python `if` on a tensor fails at the trace.
+# cost time: make train's first train step traced in 5.2-9.9 s with it and 1.8-3.2 s without (2 ranks on
+# 2 cores, 2026-12-07, 5 launches; its first run 2.2-3.0 s either way). A Python `if` on a tensor fails at
+# the trace.
 traced = functools.partial(tf.function, autograph=False)
 
 
