@@ -34,6 +34,7 @@ UNACCOUNTED = "unaccounted"
 GROUPS = ("startup", "steps", "epoch_input", "evaluation", "statistics", "checkpoint", "commit", "resize",
           "world_change", "export", "finish", UNACCOUNTED)
 STEPS = "steps"  # the productive group: productive share = its seconds / the wall's
+WORLD_CHANGE = "world_change"
 
 
 def group(part: str) -> str:
@@ -56,12 +57,22 @@ class Ledger:
     self.seconds: dict[str, float] = {}
     self.images = self.step_images = 0
     self._epoch_mark: dict[str, float] = {}
+    # --elastic: each world change's own world_change parts ({detail: seconds}, in order): a change
+    # starts at the first world_change part after a step, so the parts of a loss and of a return apart.
+    self.changes: list[dict[str, float]] = []
+    self._stepped_since_change = True
 
   def enter(self, part: str) -> str:
     """The run is in `part` from now; the seconds since the last change go to the part it was in.
     Returns that part (for `during`)."""
     now = self.clock()
     self.seconds[self.part] = self.seconds.get(self.part, 0.0) + (now - self.since)
+    if group(self.part) == WORLD_CHANGE and self.changes:
+      detail = self.part.split(".", 1)[-1]
+      self.changes[-1][detail] = self.changes[-1].get(detail, 0.0) + (now - self.since)
+    if group(part) == WORLD_CHANGE and self._stepped_since_change:
+      self.changes.append({})
+    self._stepped_since_change = (self._stepped_since_change or group(part) == STEPS) and group(part) != WORLD_CHANGE
     previous, self.part, self.since = self.part, part, now
     return previous
 
@@ -110,13 +121,14 @@ def by_group(parts: dict[str, float]) -> dict[str, float]:
 
 
 def block(parts: dict[str, float], wall: float, images: int, step_images: int, ranks: list[dict] = (),
-          resumed_step: int = 0) -> dict:
+          resumed_step: int = 0, changes: list[dict] = ()) -> dict:
   """summary.json's `time` block (pure): rank 0's parts and groups, the productive share, the step
   rate and the wall rate, and where another rank's part is larger (`slowest`).
 
   parts: rank 0's {part: seconds}; wall: its wall seconds (the parts sum to it); images: trained in
   this process, step_images: in the steps group; ranks: every rank's {part: seconds}, in rank order
-  (empty: one rank); resumed_step: the step this process started from (its own clock, said so).
+  (empty: one rank); resumed_step: the step this process started from (its own clock, said so);
+  changes: --elastic's world changes, each {detail: seconds} (Ledger.changes), as `world_changes`.
   """
   groups = by_group(parts)
   steps = groups.get(STEPS, 0.0)
@@ -130,6 +142,9 @@ def block(parts: dict[str, float], wall: float, images: int, step_images: int, r
       "groups": {g: round(s, 2) for g, s in groups.items()},
       "parts": {p: round(s, 3) for p, s in sorted(parts.items(), key=lambda kv: _order(kv[0]))},
   }
+  if changes:  # each change's total first, then its parts in the order they came
+    out["world_changes"] = [{"seconds": round(sum(c.values()), 2), **{d: round(v, 3) for d, v in c.items()}}
+                            for c in changes]
   slowest = slowest_parts(ranks)
   if slowest:
     out["slowest"] = slowest

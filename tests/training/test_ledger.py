@@ -104,6 +104,31 @@ def test_the_block_reads_the_productive_share_and_both_rates_off_the_parts():
   assert "evaluation 15.0 s, start-up 10.0 s, epoch input 5.0 s" in line
 
 
+@pytest.mark.parametrize("moves, changes", [
+    ([(1.0, "steps.compute"), (2.0, "evaluation")], []),  # no world change
+    # a loss, then a return: each change its own, from its first world_change part to the next step
+    ([(1.0, "steps.compute"), (2.0, "world_change.checkpoint"), (0.5, "world_change.reinit"),
+      (4.0, "world_change.first_step"), (3.0, "steps.compute"), (5.0, "world_change.checkpoint"),
+      (0.25, "world_change.reinit"), (2.0, "steps.compute")],
+     [{"checkpoint": 0.5, "reinit": 4.0, "first_step": 3.0}, {"checkpoint": 0.25, "reinit": 2.0}]),
+    # another group inside a change (BatchNorm's statistics) is not the change's, and does not split it
+    ([(1.0, "steps.compute"), (1.0, "world_change.reinit"), (1.0, "statistics"), (1.0, "world_change.setup"),
+      (1.0, "steps.compute")], [{"reinit": 1.0, "setup": 1.0}]),
+    # a failure during a change's re-init starts no second change: the next world_change part is the same one's
+    ([(1.0, "steps.compute"), (1.0, "world_change.reinit"), (2.0, "world_change.checkpoint"),
+      (1.0, "world_change.reinit"), (3.0, "steps.compute")], [{"reinit": 5.0, "checkpoint": 1.0}]),
+])
+def test_each_world_change_keeps_its_own_parts(moves, changes):
+  clock = Clock()
+  book = ledger.Ledger(start=clock(), clock=clock, part="startup.imports")
+  for seconds, part in moves:
+    clock.advance(seconds)
+    book.enter(part)
+  assert book.changes == [pytest.approx(c) for c in changes]
+  block = ledger.block(book.now(), book.wall(), 0, 0, changes=book.changes)
+  assert [c["seconds"] for c in block.get("world_changes", [])] == pytest.approx([sum(c.values()) for c in changes])
+
+
 class Data:
   def __init__(self, steps_per_epoch):
     self.steps_per_epoch = steps_per_epoch

@@ -41,7 +41,7 @@ def finish(hvd, result, parts, replicated, mode, info, compression, resumed_step
     p.stop_request.close()
     return
   timing = lambda: ledger_lib.block(p.ledger.now(), p.ledger.wall(), p.ledger.images,  # noqa: E731
-                                   p.ledger.step_images, ranks, resumed_step)
+                                   p.ledger.step_images, ranks, resumed_step, changes=p.ledger.changes)
   first = timing()
   summary = report.summary(ending, config, world, info.name, plan=result.plan,
                            images_per_sec=first["images_per_step_second"], identical=identical,
