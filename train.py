@@ -121,12 +121,13 @@ def setup(stop_request, ledger):
   a stop requested by then ends the run here (nothing trained, nothing to save)."""
   ledger.enter("startup.init")
   watchdog_lib.horovod_stall_defaults(FLAGS.stall_timeout)
-  # Horovod: initialise once (comm.init); everything below knows its rank and node from `world`.
   try:
-    world = comm.init(hvd, FLAGS.ranks_per_node)
+    world = comm.init(hvd, FLAGS.ranks_per_node)  # Horovod, once: everything below knows its rank from `world`
     config = flags.build_config(FLAGS, world)  # pure: the same verdict on every rank
   except flags.ConfigError as e:
     fail(str(e))
+  except comm.joining.RemovedBeforeJoining as e:  # started ahead for a host that left again: exit status 0
+    sys.exit(emit(str(e)))  # (emit returns None)
   logging.set_verbosity(logging.WARNING)  # TensorFlow's INFO chatter (one per checkpoint save) off
   mode = modes.of(config, hvd, world)  # fixed or elastic: the one place --elastic is read
   threads = config.run.threads or world.threads_per_rank()
@@ -136,8 +137,7 @@ def setup(stop_request, ledger):
   # scanned: what --data_dir holds, read once here. One gather of every rank's problem and of what it
   # will read: hosts whose copies of the data differ stop here, before anything is written.
   problem, scanned = flags.check_paths(config)
-  problem = mode.first_error(mode.launcher_problem() or problem, scanned)
-  if problem:
+  if problem := mode.first_error(mode.launcher_problem() or problem, scanned):
     fail(problem)
   # A rank that stops making progress ends the job with a line naming it (training/ending/watchdog.py).
   newest = functools.partial(checkpoints.newest, config.run.model_dir)

@@ -1,6 +1,7 @@
 """Everything between ranks: start-up, the gradient exchange, broadcast and agreement."""
 import os
 
+from comm import joining
 from comm.topology import World, from_horovod_values
 
 # Gloo's bound on its rendezvous and on each wait for a peer (HOROVOD_GLOO_TIMEOUT_SECONDS; Horovod's
@@ -30,10 +31,12 @@ def init(hvd, ranks_per_node: int = 0) -> World:
   Horovod: process sets are added after start-up ("dynamic"), because the node
   groups of hierarchical allreduce depend on the world size, which only
   hvd.init reveals; Open MPI cannot be initialised twice, so init-shutdown-init
-  is not an option. Raises ConfigError on every rank for an impossible topology.
+  is not an option. Raises ConfigError on every rank for an impossible topology, and
+  joining.RemovedBeforeJoining in a rank started ahead of a world its host left before it formed.
   """
   os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(GLOO_TIMEOUT_S))  # read at each init, elastic's too
   os.environ.setdefault(*MPI_YIELD)
+  joining.take_slot()  # a rank the elastic driver started ahead of its world waits here for its slot
   hvd.init(process_sets="dynamic")
   # Horovod's own figures only: no TensorFlow op here, so train.py can still
   # set TensorFlow's thread pools after this call.

@@ -2,8 +2,9 @@
 # make setup: apt packages, .venv, pinned Python packages, Horovod 0.28.1 built
 # with TensorFlow + MPI + Gloo from its sdist with the project's patch
 # (scripts/horovod/tensor_queue.patch: Horovod's elastic race, docs/setup.md),
-# its launcher's build checks kept in a file (scripts/horovod/built_checks.patch) and its
-# elastic driver's discovery script run without a Python middleman (scripts/horovod/discovery.patch),
+# its launcher's build checks kept in a file (scripts/horovod/built_checks.patch), its
+# elastic driver's discovery script run without a Python middleman (scripts/horovod/discovery.patch)
+# and a returning host's process started ahead of the workers' reset (scripts/horovod/join_ahead.patch),
 # and the project's image kernel (scripts/build_ops.sh). Idempotent: when the
 # stamp matches the inputs and the build check passes it returns in seconds.
 #
@@ -23,8 +24,9 @@ HOROVOD_SRC=$VENV/src
 HOROVOD_PATCH=scripts/horovod/tensor_queue.patch
 # Python only, applied to the installed package after the build (no rebuild for them): horovodrun's
 # "built with MPI/Gloo?" answered from a file instead of a TensorFlow import at every launch, and the
-# elastic driver's discovery script (every second) run without a spawned Python middleman.
-RUNNER_PATCHES="scripts/horovod/built_checks.patch scripts/horovod/discovery.patch"
+# elastic driver's discovery script (every second) run without a spawned Python middleman, and a
+# returning host's process started (and its imports done) before the workers stop for it.
+RUNNER_PATCHES="scripts/horovod/built_checks.patch scripts/horovod/discovery.patch scripts/horovod/join_ahead.patch"
 # Written into the installed horovod package after a patched build: the patch's sha256 and the
 # built library's, so check_build tells this build from an unpatched one (or one pip replaced).
 # comm/horovod_build.py writes its text (marker-text) and reads it at run time (patch_marker()).
