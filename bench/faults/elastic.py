@@ -48,8 +48,10 @@ from progress import emit
 NAME, SUBNET = "imcelf", "198.18.16"  # not the tests' (imcelt) nor a user's (imc)
 COMMIT_EVERY = 10
 LOSE_AT = 25
+# 12 epochs: the survivor trains on while the returning host's process starts up (scripts/horovod/
+# join_ahead.patch); at 4 it finished alone (~180 one-rank steps in 10 s) before that process's imports did.
 ARGS = ("--model=resnet20", "--elastic", f"--elastic_commit_every={COMMIT_EVERY}", "--log_every=1",
-        "--noexport", "--epochs=4", "--seed=3")
+        "--noexport", "--epochs=12", "--seed=3")
 BOUND_S = 600
 # Lost-host launches per row in make faults (the docstring says 30): Horovod 0.28.1's race hung 3 of
 # ~52 before the patch (scripts/horovod/tensor_queue.patch); fewer say little about a rate of a few %.
@@ -64,6 +66,7 @@ NAMES = (*FAULTS, JOIN_DIES)
 JOIN_FROZEN_S = 3  # the joining rank stopped this long before its SIGKILL: the survivor is in the sync by then
 CONNECTED_S = 1    # ... once its connections have held steady this long (Horovod's init is done)
 LAUNCHER = "horovodrun --gloo elastic, 2 emulated hosts x 1 (--min-np 1)"
+JOINED_AHEAD = "was started ahead of its world"  # comm/joining.py's line in a rank the driver started ahead
 
 
 def built_with(rows: list[dict]) -> list[dict]:
@@ -89,7 +92,9 @@ def lose_and_join(hosts: Hosts, workdir: str, fault: str, launches: int = LAUNCH
     broken = launch_kept(r) if r["outcome"] == "finished" else []
     said = (f"training again {r['seconds_to_training']} s after the loss, {r['steps_lost']} steps lost, joined "
             f"{r['seconds_to_join']} s after the host came back (the survivor's world changes "
-            f"{r['world_change_s']} s, re-init {r['reinit_s']} s), worlds {r['worlds']}, status {r['status']}: "
+            f"{r['world_change_s']} s, re-init {r['reinit_s']} s; the return's {r['return_s']} s, re-init "
+            f"{r['return_reinit_s']} s, {'started ahead' if r['started_ahead'] else 'NOT started ahead'}), "
+            f"worlds {r['worlds']}, status {r['status']}: "
             f"{'BROKEN: ' + ', '.join(broken) if broken else 'kept'}" if r["outcome"] == "finished"
             else f"{r['line']} (its output: {r['log']})")
     emit(f"faults: {fault}: launch {i + 1}/{launches}: {r['outcome']}: {said}, exit {r['exit_status']}, "
@@ -135,6 +140,7 @@ def launch_once(hosts: Hosts, model_dir: str, fault: str) -> dict:
           raise AssertionError(f"exit {job.proc.returncode}, {len(left)} processes left after {BOUND_S} s")
         with open(os.path.join(model_dir, "summary.json")) as fh:
           summary = json.load(fh)
+        ahead = JOINED_AHEAD in job.stderr()
       except (AssertionError, OSError, ValueError, KeyError) as e:
         ended = job.proc.poll() is not None
         left = job.alive()
@@ -149,6 +155,7 @@ def launch_once(hosts: Hosts, model_dir: str, fault: str) -> dict:
   e = summary["elastic"]
   step_ms = 1000 * summary["global_batch"] / summary["images_per_sec"]
   commit_ms = 1000 * e["commit_seconds_median"]
+  back = (summary["time"].get("world_changes") or [{}])[-1]
   return {"outcome": "finished", "at": at, "killed": len(killed), "seconds_to_training": round(to_training, 1),
           "steps_lost": e["steps_lost"], "seconds_to_join": round(to_join, 1), "worlds": e["worlds"],
           "commit_ms": round(commit_ms, 1), "step_ms": round(step_ms, 1),
@@ -159,7 +166,10 @@ def launch_once(hosts: Hosts, model_dir: str, fault: str) -> dict:
           "base_batch": (summary.get("adascale") or {}).get("base_batch"),
           # the survivor's own pause for both changes, from its time ledger (docs/time.md): what they cost training
           "world_change_s": summary["time"]["groups"].get("world_change"),
-          "reinit_s": summary["time"]["parts"].get("world_change.reinit")}
+          "reinit_s": summary["time"]["parts"].get("world_change.reinit"),
+          # the return alone (the last change), and whether its process was started ahead (join_ahead.patch)
+          "started_ahead": ahead, "return_s": back.get("seconds"), "return_reinit_s": back.get("reinit"),
+          "return_first_step_s": back.get("first_step")}
 
 
 def keep_log(job: Job, name: str, root: str = REPO) -> str:
@@ -207,7 +217,8 @@ def aggregate(fault: str, runs: list[dict]) -> dict:
                                                                  "tail", "log")}} for i, r in enumerate(runs)
                       if r["outcome"] != "finished"],
          "per_launch": [{k: r.get(k) for k in ("outcome", "at", "seconds_to_training", "steps_lost",
-                                               "seconds_to_join", "world_change_s", "reinit_s", "worlds",
+                                               "seconds_to_join", "world_change_s", "reinit_s", "started_ahead",
+                                               "return_s", "return_reinit_s", "return_first_step_s", "worlds",
                                                "exit_status")} for r in runs]}
   broken = {i + 1: b for i, r in enumerate(runs) if r["outcome"] == "finished" and (b := launch_kept(r))}
   row.update(kept=len(finished) == len(runs) and not broken, measured=[
@@ -234,7 +245,10 @@ def aggregate(fault: str, runs: list[dict]) -> dict:
               killed=max(r["killed"] for r in finished), seconds_to_training=round(median("seconds_to_training"), 1),
               steps_lost=[round(statistics.median(lost), 1)] if lost else [], steps_lost_max=max(lost, default=None),
               seconds_to_join=round(median("seconds_to_join"), 1), world_change_s=median_known("world_change_s"),
-              reinit_s=median_known("reinit_s"), worlds=list(worlds.most_common(1)[0][0]),
+              reinit_s=median_known("reinit_s"), return_s=median_known("return_s"),
+              return_reinit_s=median_known("return_reinit_s"), return_first_step_s=median_known("return_first_step_s"),
+              started_ahead=sum(bool(r.get("started_ahead")) for r in finished),
+              worlds=list(worlds.most_common(1)[0][0]),
               worlds_seen={" -> ".join(map(str, w)): n for w, n in worlds.most_common()},
               commit_every=COMMIT_EVERY, commit_ms=round(median("commit_ms"), 1), step_ms=round(median("step_ms"), 1),
               commit_per_step=median("commit_per_step"), final_top1=median("final_top1"),

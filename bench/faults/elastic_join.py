@@ -16,6 +16,8 @@ from bench.harness.hosts import Hosts, world_sizes
 from bench.harness.launches import Job
 from progress import emit
 
+GLOO_CONNECTIONS = 2  # an initialised joining rank's pairs to the survivor: the global context's, the cross one's
+
 
 def _joiner(hosts: Hosts, job: Job, host: str) -> int | None:
   """The pid of the job's train.py on host (the python process, not its ssh and shell wrappers)."""
@@ -32,7 +34,9 @@ def _joiner(hosts: Hosts, job: Job, host: str) -> int | None:
 def _initialised(hosts: Hosts, job: Job, host: str, timeout: float = BOUND_S) -> tuple[int, float, float]:
   """(pid, seconds to its process, seconds to its connections) of the rank that joins on host: its
   established TCP connections (Gloo's pairs to the survivor, the driver's services) unchanged for
-  CONNECTED_S, so Horovod's init is done on both sides and its set-up (the model) is under way."""
+  CONNECTED_S, so Horovod's init is done on both sides and its set-up (the model) is under way. One
+  connection alone is not that: a rank started ahead (scripts/horovod/join_ahead.patch) holds one to
+  the driver while it waits for its slot, before its init."""
   start = time.time()
   pid = seen = None
   held, steady_since, connected = set(), 0.0, 0.0
@@ -43,6 +47,7 @@ def _initialised(hosts: Hosts, job: Job, host: str, timeout: float = BOUND_S) ->
     if pid and not seen:
       seen = time.time() - start
     now = hosts.connections(host, pid) if pid else set()
+    now = now if len(now) >= GLOO_CONNECTIONS else set()
     if now and now != held:
       held, steady_since = now, time.time()
       connected = connected or time.time() - start

@@ -184,6 +184,8 @@ def elastic_table(rows: list[dict], commit: dict | None, before: dict | None = N
       continue
     joined = r["seconds_to_join"] if r["seconds_to_join"] is not None else "never: " + (
         "killed in its set-up" if r.get("killed_in_setup") else "killed after its set-up (not the case measured)")
+    if r.get("return_s") is not None:  # the survivor's own pause for the return (its ledger's last world change)
+      joined = f"{joined}; the survivor paused {r['return_s']} s (re-init {r['return_reinit_s']} s)"
     counted = (f" ({r['launches']} launches: {r['hangs']} hung, {r['failed']} failed otherwise; medians over the "
                f"{r['finished']} that finished)" if "launches" in r else "")
     out.append(f"| {r['fault']}: {r['what']}{counted} | {before.get(r['fault'], '(new)')} | {r['allreduce']} | "
