@@ -25,6 +25,9 @@ A part is `group.detail` or a bare group. The groups, in summary.json's order:
   finish         the check that every rank holds the same weights, the ledgers gathered
   unaccounted    what no part names
 
+Under --elastic each world change's own world_change parts are kept apart too (Ledger.changes: a loss
+and a return are two), as summary.json's time.world_changes.
+
 The exchange's share of a step is not split out: the step is one traced call in which the exchange
 overlaps the backward pass, so only a profile (or bench/bench_comm.py's timing of it alone) tells.
 """
