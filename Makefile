@@ -101,6 +101,10 @@ bench-overhead: ops  ## where train.py's wall time goes outside its steps: make 
 bench-scaling: ops  ## on an emulated 4-host cluster (root): cost model calibrated and checked, flat/hier/hybrid/horovod, training efficiency, simulation to 2,048 ranks; writes results/bench_scaling.json, scaling.md, scaling_*.png (ARGS="--quick --only=2x2 --repeats=1 --train_steps=1 --out_dir=/tmp/s": a smoke run)
 	$(PY) -m bench.scaling $(ARGS)
 
+.PHONY: bench-join-ahead
+bench-join-ahead: ops  ## a returning host's process started ahead of the survivor's reset (scripts/horovod/join_ahead.patch) against stock Horovod's order (HOROVOD_JOIN_AHEAD=0), make faults' elastic-horovod launch in turn on 2 emulated hosts (root), 5 pairs; writes results/join_ahead.{json,md}
+	$(PY) -m bench.faults.join_ahead $(ARGS)
+
 .PHONY: faults
 faults: ops  ## every fault (signals to the launcher and to ranks, a stopped rank, divergence, damaged checkpoints, a full disk) against real launches; writes results/faults.{md,json}
 	$(PY) -m bench.faults $(ARGS)

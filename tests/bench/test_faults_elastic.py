@@ -108,3 +108,21 @@ def test_a_failed_launchs_whole_output_is_kept_beside_the_row(tmp_path):
   assert path == "runs/faults/elastic-x-5.log"
   text = (tmp_path / path).read_text()
   assert "exit 1\n--- stdout\nto stdout\n" in text and text.endswith("--- stderr\nworld: 2 ranks\nthe end\n")
+
+
+def test_the_join_ahead_bench_takes_each_arms_medians_over_the_launches_that_kept_the_promise():
+  from bench.faults import join_ahead
+  kept = {"status": "finished"}
+  launches = [finished(arm="ahead", return_s=5.0, return_reinit_s=1.0, started_ahead=True, **kept),
+              finished(arm="ahead", return_s=7.0, return_reinit_s=2.0, started_ahead=True, **kept),
+              finished(arm="stock", return_s=15.0, return_reinit_s=10.0, started_ahead=False, **kept),
+              finished(arm="stock", return_s=99.0, worlds=[2, 1], **kept),  # the host never joined: not counted
+              dict(failed("failed", "exit 1"), arm="stock")]
+  arms = join_ahead.summarise(launches)
+  assert arms["ahead"]["return_s"] == {"median": 6.0, "min": 5.0, "max": 7.0, "n": 2}
+  assert arms["ahead"]["started_ahead"] == 2 and arms["stock"]["started_ahead"] == 0
+  assert (arms["stock"]["launches"], arms["stock"]["finished"]) == (3, 1)
+  assert arms["stock"]["return_reinit_s"]["median"] == 10.0 and "return_first_step_s" not in arms["stock"]
+  table = join_ahead.markdown({"setup": {"commit": "abc", "cpu": "cpu", "cores": 2, "pairs": 2}, "arms": arms})
+  assert "| the survivor's pause for the return (s) | 6.0 (5.0-7.0) | 15.0 (15.0-15.0) |" in table
+  assert "| launches kept / made | 2 / 2 | 1 / 3 |" in table
