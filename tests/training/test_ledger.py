@@ -25,6 +25,17 @@ class Clock:
     self.t += seconds
 
 
+def moved(moves) -> ledger.Ledger:
+  """A ledger started in startup.imports on a fake clock, after moves: (seconds that pass, the part
+  entered after them)."""
+  clock = Clock()
+  book = ledger.Ledger(start=clock(), clock=clock, part="startup.imports")
+  for seconds, part in moves:
+    clock.advance(seconds)
+    book.enter(part)
+  return book
+
+
 @pytest.mark.parametrize("moves, expected", [
     ([], {"startup.imports": 0.0}),
     ([(3.0, "startup.init")], {"startup.imports": 3.0, "startup.init": 0.0}),
@@ -34,12 +45,7 @@ class Clock:
      {"startup.imports": 1.0, "unaccounted": 0.5, "checkpoint": 0.25}),
 ])
 def test_each_interval_goes_to_the_part_it_was_spent_in(moves, expected):
-  """moves: (seconds that pass, the part entered after them)."""
-  clock = Clock()
-  book = ledger.Ledger(start=clock(), clock=clock, part="startup.imports")
-  for seconds, part in moves:
-    clock.advance(seconds)
-    book.enter(part)
+  book = moved(moves)
   parts = book.now()
   assert parts == pytest.approx(expected)
   assert sum(parts.values()) == pytest.approx(book.wall())  # the parts sum to the wall, always
@@ -119,11 +125,7 @@ def test_the_block_reads_the_productive_share_and_both_rates_off_the_parts():
       (1.0, "world_change.reinit"), (3.0, "steps.compute")], [{"reinit": 5.0, "checkpoint": 1.0}]),
 ])
 def test_each_world_change_keeps_its_own_parts(moves, changes):
-  clock = Clock()
-  book = ledger.Ledger(start=clock(), clock=clock, part="startup.imports")
-  for seconds, part in moves:
-    clock.advance(seconds)
-    book.enter(part)
+  book = moved(moves)
   assert book.changes == [pytest.approx(c) for c in changes]
   block = ledger.block(book.now(), book.wall(), 0, 0, changes=book.changes)
   assert [c["seconds"] for c in block.get("world_changes", [])] == pytest.approx([sum(c.values()) for c in changes])
