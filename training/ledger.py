@@ -69,13 +69,17 @@ class Ledger:
     """The run is in `part` from now; the seconds since the last change go to the part it was in.
     Returns that part (for `during`)."""
     now = self.clock()
-    self.seconds[self.part] = self.seconds.get(self.part, 0.0) + (now - self.since)
+    spent = now - self.since
+    self.seconds[self.part] = self.seconds.get(self.part, 0.0) + spent
     if group(self.part) == WORLD_CHANGE and self.changes:
       detail = self.part.split(".", 1)[-1]
-      self.changes[-1][detail] = self.changes[-1].get(detail, 0.0) + (now - self.since)
-    if group(part) == WORLD_CHANGE and self._stepped_since_change:
-      self.changes.append({})
-    self._stepped_since_change = (self._stepped_since_change or group(part) == STEPS) and group(part) != WORLD_CHANGE
+      self.changes[-1][detail] = self.changes[-1].get(detail, 0.0) + spent
+    if group(part) == WORLD_CHANGE:
+      if self._stepped_since_change:
+        self.changes.append({})
+      self._stepped_since_change = False
+    elif group(part) == STEPS:
+      self._stepped_since_change = True
     previous, self.part, self.since = self.part, part, now
     return previous
 
