@@ -11,16 +11,16 @@ rank); and from the launcher's clock the seconds from the listing to the first s
 Writes results/join_ahead.{json,md}: every launch, and each arm's median and range.
 """
 import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
 
 from bench.faults import elastic
+from bench.faults.report import measured_at
 from bench.harness.hosts import Hosts
 from bench.harness.train_runs import REPO, cpu_model
-from progress import emit
+from progress import emit, write_json_atomic
 
 ARMS = {"ahead": "1", "stock": "0"}  # HOROVOD_JOIN_AHEAD for each arm
 FIGURES = ("return_s", "return_reinit_s", "return_first_step_s", "seconds_to_join", "world_change_s")
@@ -51,7 +51,8 @@ def markdown(record: dict) -> str:
   """results/join_ahead.md (pure)."""
   s, arms = record["setup"], record["arms"]
   lines = ["# A returning host: its process started ahead, and stock Horovod's order", "",
-           f"Commit {s['commit']}, {s['cores']} cores ({s['cpu']}); {s['pairs']} pairs of launches in turn "
+           f"Commit {s['commit']}{' with ' + ', '.join(s['changed']) + ' changed' if s.get('changed') else ''}, "
+           f"{s['cores']} cores ({s['cpu']}); {s['pairs']} pairs of launches in turn "
            f"(`python -m bench.faults.join_ahead --pairs={s['pairs']}`). Median (min-max) over each arm's launches "
            "that finished and kept make faults' promise (the survivor trained alone, the host joined, replicas "
            "identical, exit 0).", "",
@@ -74,8 +75,8 @@ def main(argv=None) -> None:
   p.add_argument("--pairs", type=int, default=5, help="launches of each arm, in turn (default: %(default)s)")
   p.add_argument("--out_dir", default=os.path.join(REPO, "results"))
   args = p.parse_args(argv)
-  commit = os.popen(f"git -C {REPO} rev-parse --short HEAD").read().strip()
-  record = {"setup": {"commit": commit, "cpu": cpu_model(), "cores": os.cpu_count(), "pairs": args.pairs,
+  at = measured_at(REPO)  # the commit, and the tracked files that differed from it
+  record = {"setup": {"commit": (at["sha"] or "")[:7], "changed": at["changed"], "cpu": cpu_model(), "cores": os.cpu_count(), "pairs": args.pairs,
                       "fault": "elastic-horovod", "launcher": elastic.LAUNCHER}, "launches": []}
   os.makedirs(args.out_dir, exist_ok=True)
   with tempfile.TemporaryDirectory(prefix="join-ahead-") as workdir:
@@ -92,8 +93,7 @@ def main(argv=None) -> None:
                f"{r.get('return_s')} s (re-init {r.get('return_reinit_s')} s), joined {r.get('seconds_to_join')} s "
                f"after the listing, started ahead: {r.get('started_ahead')}")
           record["arms"] = summarise(record["launches"])
-          with open(os.path.join(args.out_dir, "join_ahead.json"), "w") as fh:  # kept launch by launch
-            json.dump(record, fh, indent=1)
+          write_json_atomic(os.path.join(args.out_dir, "join_ahead.json"), record)  # kept launch by launch
     finally:
       os.environ.pop("HOROVOD_JOIN_AHEAD", None)
       hosts.down()

@@ -126,3 +126,5 @@ def test_the_join_ahead_bench_takes_each_arms_medians_over_the_launches_that_kep
   table = join_ahead.markdown({"setup": {"commit": "abc", "cpu": "cpu", "cores": 2, "pairs": 2}, "arms": arms})
   assert "| the survivor's pause for the return (s) | 6.0 (5.0-7.0) | 15.0 (15.0-15.0) |" in table
   assert "| launches kept / made | 2 / 2 | 1 / 3 |" in table
+  dirty = {"commit": "abc", "changed": ["train.py"], "cpu": "cpu", "cores": 2, "pairs": 2}
+  assert join_ahead.markdown({"setup": dirty, "arms": arms}).count("Commit abc with train.py changed, 2 cores") == 1
