@@ -76,7 +76,8 @@ def main(argv=None) -> None:
   p.add_argument("--out_dir", default=os.path.join(REPO, "results"))
   args = p.parse_args(argv)
   at = measured_at(REPO)  # the commit, and the tracked files that differed from it
-  record = {"setup": {"commit": (at["sha"] or "")[:7], "changed": at["changed"], "cpu": cpu_model(), "cores": os.cpu_count(), "pairs": args.pairs,
+  record = {"setup": {"commit": (at["sha"] or "")[:7], "changed": at["changed"], "cpu": cpu_model(),
+                      "cores": os.cpu_count(), "pairs": args.pairs,
                       "fault": "elastic-horovod", "launcher": elastic.LAUNCHER}, "launches": []}
   os.makedirs(args.out_dir, exist_ok=True)
   with tempfile.TemporaryDirectory(prefix="join-ahead-") as workdir:
